@@ -1,0 +1,138 @@
+"""A model handle: HF model + tokenizer, and the one place where KV caches are extended, forked,
+rolled back and caught up.
+
+Per-request state lives in `CacheState` (the cache of the committed prefix, its token ids, the
+next-token logits and the token counters), so one handle serves many requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from specguard_core import capture
+from specguard_core.types import ModelCounters
+
+
+@dataclass
+class CacheState:
+    """The committed prefix as one model has encoded it. Invariant outside a proposal: one cache row
+    holding exactly `ids`; `logits` ([V], float32) predicts the token after `ids`, or None if stale."""
+
+    cache: DynamicCache
+    ids: list[int] = field(default_factory=list)
+    logits: torch.Tensor | None = None
+    counters: ModelCounters = field(default_factory=ModelCounters)
+    pending: list[int] = field(default_factory=list)  # committed elsewhere, not yet encoded here
+
+
+@dataclass
+class Forward:
+    logits: torch.Tensor  # [b, q, V] float32 (q = 1 unless all positions were asked for)
+    hidden: torch.Tensor | None  # [b, q, d] last hidden state, when asked for
+
+
+class ModelHandle:
+    """Wraps one causal LM. `name` is for traces; `eos_ids` end generation."""
+
+    def __init__(self, model: Any, tokenizer: Any, name: str = "") -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+        capture.install(model)
+        gen = getattr(model, "generation_config", None)
+        eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+        eos_list = eos if isinstance(eos, list) else [eos]
+        self.eos_ids = frozenset(int(e) for e in eos_list + [tokenizer.eos_token_id] if e is not None)
+        text_cfg = model.config.get_text_config()
+        self.context_window = int(getattr(text_cfg, "max_position_embeddings", 0) or 0)
+        self.device = next(model.parameters()).device
+
+    def new_state(self) -> CacheState:
+        return CacheState(cache=DynamicCache(config=self.model.config))
+
+    @torch.inference_mode()
+    def forward(self, state: CacheState, input_ids: torch.Tensor, *, all_logits: bool = False,
+                hidden: bool = False, recorder: capture.AttentionRecorder | None = None) -> Forward:
+        """Feed `input_ids: [b, q]` after what `state.cache` holds; counts prefilled/decoded tokens."""
+        b, q = input_ids.shape
+        extra: dict[str, Any] = {"specguard_recorder": recorder} if recorder is not None else {}
+        out = self.model(input_ids=input_ids.to(self.device), past_key_values=state.cache,
+                         use_cache=True, logits_to_keep=0 if all_logits else 1,
+                         output_hidden_states=hidden, **extra)
+        if q > 1:
+            state.counters.prefilled += b * q
+        else:
+            state.counters.decoded += b
+        state.counters.forward_calls += 1
+        last = out.hidden_states[-1] if hidden else None
+        return Forward(out.logits.float(), last)
+
+    def extend(self, state: CacheState, ids: list[int], **kwargs: Any) -> Forward | None:
+        """Catch-up: encode `ids` after the committed prefix and commit them."""
+        if not ids:
+            return None
+        out = self.forward(state, torch.tensor([ids]), **kwargs)
+        state.ids.extend(ids)
+        state.logits = out.logits[0, -1]
+        return out
+
+    def catch_up(self, state: CacheState) -> None:
+        """Encode the tokens committed since this model last ran (one prefill, never the whole
+        context again)."""
+        pending, state.pending = state.pending, []
+        self.extend(state, pending)
+
+    def next_logits(self, state: CacheState) -> torch.Tensor:
+        """Logits after the committed prefix, re-feeding the last token if they went stale."""
+        if state.logits is None:
+            last = state.ids[-1]
+            self.rollback(state, len(state.ids) - 1)
+            self.extend(state, [last])
+        assert state.logits is not None
+        return state.logits
+
+    def rollback(self, state: CacheState, n_tokens: int) -> None:
+        """Forget everything after the first `n_tokens` committed tokens."""
+        _crop(state.cache, n_tokens)
+        if n_tokens < len(state.ids):
+            del state.ids[n_tokens:]
+            state.logits = None
+
+    def fork(self, state: CacheState, k: int) -> None:
+        """Repeat the single cache row `k` times for a batched proposal."""
+        if k > 1:
+            state.cache.batch_repeat_interleave(k)
+
+    def keep_row(self, state: CacheState, row: int, new_ids: list[int],
+                 logits: torch.Tensor | None) -> None:
+        """End a proposal: keep cache row `row` and commit its first `len(new_ids)` step tokens.
+
+        `logits` predict the token after them when all of them were fed, else None (stale)."""
+        if _rows(state.cache) > 1:
+            state.cache.batch_select_indices(torch.tensor([row], device=self.device))
+        _crop(state.cache, len(state.ids) + len(new_ids))
+        state.ids.extend(new_ids)
+        state.logits = logits
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+
+
+def _rows(cache: DynamicCache) -> int:
+    layer = cache.layers[0]
+    keys = getattr(layer, "keys", None)
+    return int(keys.shape[0]) if keys is not None and keys.numel() else 1
+
+
+def _crop(cache: DynamicCache, n_tokens: int) -> None:
+    """Keep the first `n_tokens` positions (transformers 5 `crop` takes a negative count)."""
+    extra = cache.get_seq_length() - n_tokens
+    if extra > 0:
+        cache.crop(-extra)

@@ -1,0 +1,78 @@
+"""Loading a draft/target pair: model ids, local folders, `.gguf` files, or cached names.
+
+Loading happens only here, only when asked (no network in constructors). Progress is shown while the
+weights load (transformers' own bar, plus one line per model).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specguard_core.config import SpecGuardConfig, preset as make_preset
+
+
+def _looks_local(ref: str) -> bool:
+    return ref.startswith((".", "/", "~")) or ref.endswith(".gguf") or "\\" in ref
+
+
+def _resolve(ref: str) -> str:
+    try:
+        from specguard_core.models import resolve
+    except ImportError:
+        return ref
+    return str(resolve(ref))
+
+
+def _dtype(dtype: str | torch.dtype) -> torch.dtype | str:
+    if isinstance(dtype, torch.dtype) or dtype == "auto":
+        return dtype
+    if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+    return getattr(torch, str(dtype))  # type: ignore[no-any-return]
+
+
+def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "auto",
+               device_map: Any = None, progress: bool = True) -> tuple[Any, Any]:
+    """(model, tokenizer) for a hub id, folder, `.gguf` file or cached model name."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = _resolve(ref)
+    local = Path(path).expanduser()
+    if _looks_local(path) and not local.exists():
+        raise FileNotFoundError(f"model path {path} does not exist; pass a model folder, a .gguf "
+                                "file or a model id (see `specguard models list`)")
+    kwargs: dict[str, Any] = {}
+    folder = str(local) if local.exists() else path
+    if local.suffix == ".gguf":
+        folder, kwargs["gguf_file"] = str(local.parent), local.name
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if progress:
+        print(f"loading {ref} ...", file=sys.stderr, flush=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=_dtype(dtype), device_map=device_map, **kwargs)
+    except OSError as err:
+        raise OSError(f"could not load model {ref!r}: {err}\nOffline? Fetch the default pair "
+                      "with `specguard models fetch` or pass a local folder.") from err
+    if device_map is None:
+        model = model.to(device)
+    return model, tokenizer
+
+
+def load_engine(cls: Any, draft: str, target: str, *, device: str = "auto",
+                dtype: str | torch.dtype = "auto", device_map: Any = None,
+                config: SpecGuardConfig | None = None, preset: str | None = None,
+                progress: bool = True) -> Any:
+    cfg = config or (make_preset(preset) if preset else SpecGuardConfig())
+    d_model, d_tok = load_model(draft, device=device, dtype=dtype, device_map=device_map,
+                                progress=progress)
+    t_model, t_tok = load_model(target, device=device, dtype=dtype, device_map=device_map,
+                                progress=progress)
+    return cls(d_model, d_tok, t_model, t_tok, config=cfg,
+               name=f"specguard:{Path(draft).name}+{Path(target).name}")

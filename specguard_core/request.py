@@ -1,0 +1,142 @@
+"""Per-request state (one small object) and the bookkeeping of committed steps.
+
+The engine's loop decides *what* to commit; `Request.commit` records it: step kind, tool calls,
+counters, stop conditions. `Request.result()` assembles the `GenerationResult`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specguard_core.chat import parse_tool_call
+from specguard_core.config import SpecGuardConfig
+from specguard_core.handle import CacheState
+from specguard_core.steps import StepRules, step_kind, strip_markers
+from specguard_core.types import (
+    FinishReason,
+    GenerationResult,
+    RunStats,
+    StepRecord,
+    StepSource,
+    ToolCall,
+    Usage,
+)
+from specguard_core.verifier import Verdict
+
+
+@dataclass
+class Step:
+    """A step chosen for commit: its tokens (EOS included when it ended the turn) and text."""
+
+    token_ids: list[int]
+    text: str
+    source: StepSource
+    eos: bool
+    n_candidates: int
+    tool_call: ToolCall | None = None
+
+
+@dataclass
+class Request:
+    cfg: SpecGuardConfig
+    tools: list[dict[str, Any]]
+    required: str | None  # tool call still owed: "*", a tool name, or None
+    rules: StepRules
+    draft: CacheState
+    target: CacheState
+    generator: torch.Generator
+    prompt_tokens: int
+    context_window: int
+    tokenizer: Any = None
+    stats: RunStats = field(default_factory=RunStats)
+    steps: list[StepRecord] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    invalid_tool_calls: list[ToolCall] = field(default_factory=list)
+    n_new: int = 0
+    in_think: bool = False
+    finish: FinishReason | None = None
+    started: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self) -> None:
+        self.stats.draft, self.stats.target = self.draft.counters, self.target.counters
+
+    def budget(self, state: CacheState) -> int:
+        """Tokens the next step may take: step cap, max_new_tokens left, context window left."""
+        room = self.context_window - len(state.ids) - len(state.pending) - 1
+        return max(0, min(self.cfg.max_step_tokens, self.cfg.max_new_tokens - self.n_new, room))
+
+    def commit(self, step: Step, verdict: Verdict | None, phases: dict[str, float],
+               draft_text: str | None) -> StepRecord:
+        kind, self.in_think = step_kind(step.text, self.in_think, self.rules)
+        call = step.tool_call
+        if kind == "tool_call":
+            call = call or parse_tool_call(step.text, self.tools, self.tokenizer)
+            (self.tool_calls if call.valid else self.invalid_tool_calls).append(call)
+            self.required = None  # owed call made (or failed from both models): stop forcing
+        record = StepRecord(
+            index=len(self.steps), text=step.text, token_ids=step.token_ids, source=step.source,
+            kind=kind, confidence=verdict.scores.confidence if verdict else None,
+            grounding=verdict.scores.grounding if verdict else None,
+            score=verdict.score if verdict else None, accepted=step.source == "draft",
+            n_candidates=step.n_candidates, latency_s=sum(phases.values()),
+            tool_call=call if kind == "tool_call" else None,
+            rejected_reason=verdict.reason if verdict and step.source == "target" else None,
+            draft_text=draft_text, phase_s=dict(phases),
+        )
+        self._count(record, phases)
+        self.steps.append(record)
+        self._check_stop(step)
+        return record
+
+    def _count(self, record: StepRecord, phases: dict[str, float]) -> None:
+        s = self.stats
+        s.steps += 1
+        n = len(record.token_ids)
+        self.n_new += n
+        if record.source == "draft":
+            s.steps_accepted, s.draft_tokens = s.steps_accepted + 1, s.draft_tokens + n
+        else:
+            s.target_tokens += n
+            s.steps_regenerated += record.score is not None
+        for phase, seconds in phases.items():
+            s.add_time(phase, seconds)
+
+    def _check_stop(self, step: Step) -> None:
+        raw = self.raw_text()
+        if step.eos:
+            self.finish = "stop"
+        elif any(stop in raw for stop in self.cfg.stop):
+            self.finish = "stop"
+        elif self.n_new >= self.cfg.max_new_tokens or self.budget(self.target) == 0:
+            self.finish = "length"
+        elif len(self.steps) >= self.cfg.max_steps:
+            self.finish = "max_steps"
+        if self.finish == "stop" and self.tool_calls:
+            self.finish = "tool_calls"
+
+    def raw_text(self) -> str:
+        return "".join(s.text for s in self.steps)
+
+    def result(self, model_name: str) -> GenerationResult:
+        raw = self.raw_text()
+        for stop in self.cfg.stop:  # stop strings end the text, as in transformers/OpenAI
+            raw = raw.split(stop, 1)[0] if stop in raw else raw
+        answer, reasoning, pos = [], [], 0
+        for s in self.steps:  # steps cut at a stop string keep only their text before it
+            text = raw[pos: pos + len(s.text)]
+            pos += len(s.text)
+            if s.kind == "answer":
+                answer.append(text)
+            elif s.kind == "reasoning":
+                reasoning.append(strip_markers(text, self.rules))
+        self.stats.wall_time_s = time.perf_counter() - self.started
+        return GenerationResult(
+            text="".join(answer).strip(), raw_text=raw, reasoning="".join(reasoning).strip(),
+            steps=list(self.steps), usage=Usage(self.prompt_tokens, self.n_new), stats=self.stats,
+            finish_reason=self.finish or "stop", tool_calls=list(self.tool_calls),
+            invalid_tool_calls=list(self.invalid_tool_calls), model_name=model_name,
+        )

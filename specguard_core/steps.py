@@ -1,0 +1,92 @@
+"""Step boundaries on text: where a step ends, and what kind of step it is.
+
+Pure string functions, shared by the engine's decode loop (is this candidate's step complete?) and by
+anything that needs to split committed text the same way. Contract: `"".join(segment(t)) == t` and a
+tool-call block `<tool_call>...</tool_call>` is always exactly one step, whatever it contains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specguard_core.types import StepKind
+
+
+@dataclass(frozen=True)
+class StepRules:
+    """Markers that bound steps. `tool_open=None` means the template has no tool-call block markers."""
+
+    delimiters: tuple[str, ...] = ("\n\n",)
+    tool_open: str | None = "<tool_call>"
+    tool_close: str | None = "</tool_call>"
+    think_open: str = "<think>"
+    think_close: str = "</think>"
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: object, delimiters: tuple[str, ...]) -> StepRules:
+        """Hermes/Qwen `<tool_call>` markers when the tokenizer's vocabulary or template declares them."""
+        vocab = getattr(tokenizer, "get_vocab", dict)()
+        template = str(getattr(tokenizer, "chat_template", "") or "")
+        if "<tool_call>" in vocab or "<tool_call>" in template:
+            return cls(delimiters=delimiters)
+        return cls(delimiters=delimiters, tool_open=None, tool_close=None)
+
+
+def _first(text: str, markers: tuple[str, ...], start: int = 0) -> tuple[int, str] | None:
+    hits = [(i, m) for m in markers if (i := text.find(m, start)) >= 0]
+    return min(hits) if hits else None
+
+
+def step_end(text: str, rules: StepRules) -> int | None:
+    """Character index where the first step of `text` ends, or None while it is still open.
+
+    - A step that starts (after whitespace) with a tool-call opener ends right after its closer; the
+      delimiter inside it does not count.
+    - Otherwise a step ends after its first delimiter or `</think>`, or just *before* an opener
+      (`<tool_call>`, `<think>`) that follows some prose, so blocks are never merged with prose.
+    The returned index is always > 0, so repeated splitting makes progress.
+    """
+    body = text.lstrip()
+    lead = len(text) - len(body)
+    if rules.tool_open and rules.tool_close and body.startswith(rules.tool_open):
+        close = text.find(rules.tool_close, lead + len(rules.tool_open))
+        return None if close < 0 else close + len(rules.tool_close)
+    if body.startswith(rules.think_open):
+        lead += len(rules.think_open)  # the opener itself begins this step
+    ends = _first(text, rules.delimiters + (rules.think_close,), lead)
+    end = ends[0] + len(ends[1]) if ends else None
+    openers = tuple(m for m in (rules.tool_open, rules.think_open) if m)
+    opener = _first(text, openers, max(lead, 1))
+    if opener and text[: opener[0]].strip() and (end is None or opener[0] < end):
+        return opener[0]
+    return end
+
+
+def segment(text: str, rules: StepRules) -> list[str]:
+    """Split `text` into steps with `step_end`; the last step may be open (unterminated)."""
+    steps: list[str] = []
+    while text:
+        end = step_end(text, rules)
+        if end is None:
+            steps.append(text)
+            break
+        steps.append(text[:end])
+        text = text[end:]
+    return steps
+
+
+def step_kind(text: str, in_think: bool, rules: StepRules) -> tuple[StepKind, bool]:
+    """(kind of this step, whether a `<think>` section is still open after it)."""
+    body = text.strip()
+    if rules.tool_open and body.startswith(rules.tool_open) and not in_think:
+        return "tool_call", False
+    if body.startswith(rules.think_open):
+        in_think = True
+    if in_think:
+        return "reasoning", not body.endswith(rules.think_close)
+    return "answer", False
+
+
+def strip_markers(text: str, rules: StepRules) -> str:
+    """Reasoning text without its `<think>`/`</think>` markers."""
+    return text.replace(rules.think_open, "").replace(rules.think_close, "")

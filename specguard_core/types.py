@@ -1,0 +1,142 @@
+"""Dataclasses that cross the engine's seams: what a step is, what a run returns.
+
+Everything here is plain data (no tensors), so results can be serialised, streamed and compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+StepSource = Literal["draft", "target"]
+StepKind = Literal["reasoning", "answer", "tool_call"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One structured tool call parsed from a tool-call step.
+
+    `error` is None for a valid call; otherwise it says why the call is invalid (bad JSON, unknown
+    tool, schema violation) and `arguments` may be empty. `raw` is the block's text as generated.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    raw: str = ""
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One committed step, emitted by `engine.stream` as soon as it is committed.
+
+    `confidence`, `grounding` and `score` are the draft's signals for the *proposed* draft step
+    (None when no draft step was scored, e.g. a forced tool-call step). `accepted` says whether that
+    draft step was kept; when it is False, `source` is "target" and `text` is the target's step.
+    """
+
+    index: int
+    text: str
+    token_ids: list[int]
+    source: StepSource
+    kind: StepKind
+    confidence: float | None
+    grounding: float | None
+    score: float | None
+    accepted: bool
+    n_candidates: int
+    latency_s: float
+    tool_call: ToolCall | None = None
+    rejected_reason: str | None = None
+    draft_text: str | None = None
+    phase_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class ModelCounters:
+    """Tokens one model encoded during a run: `prefilled` were fed in multi-token passes (prompt and
+    catch-up), `decoded` were fed one position at a time (summed over the batch rows)."""
+
+    prefilled: int = 0
+    decoded: int = 0
+    forward_calls: int = 0
+
+
+@dataclass
+class RunStats:
+    wall_time_s: float = 0.0
+    phase_time_s: dict[str, float] = field(default_factory=dict)
+    steps: int = 0
+    steps_accepted: int = 0
+    steps_regenerated: int = 0
+    draft_tokens: int = 0
+    target_tokens: int = 0
+    draft: ModelCounters = field(default_factory=ModelCounters)
+    target: ModelCounters = field(default_factory=ModelCounters)
+
+    @property
+    def acceptance_rate(self) -> float:
+        scored = self.steps_accepted + self.steps_regenerated
+        return self.steps_accepted / scored if scored else 0.0
+
+    @property
+    def target_token_fraction(self) -> float:
+        total = self.draft_tokens + self.target_tokens
+        return self.target_tokens / total if total else 0.0
+
+    def add_time(self, phase: str, seconds: float) -> None:
+        self.phase_time_s[phase] = self.phase_time_s.get(phase, 0.0) + seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["acceptance_rate"] = self.acceptance_rate
+        out["target_token_fraction"] = self.target_token_fraction
+        return out
+
+
+FinishReason = Literal["stop", "length", "tool_calls", "max_steps"]
+
+
+@dataclass
+class GenerationResult:
+    """What `engine.generate` returns.
+
+    `text` is the answer content (reasoning and tool-call blocks removed); `reasoning` the
+    `<think>` content; `raw_text` everything the engine committed. `tool_calls` holds the valid calls,
+    `invalid_tool_calls` the ones that failed verification from both models.
+    """
+
+    text: str
+    raw_text: str
+    reasoning: str
+    steps: list[StepRecord]
+    usage: Usage
+    stats: RunStats
+    finish_reason: FinishReason
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    invalid_tool_calls: list[ToolCall] = field(default_factory=list)
+    model_name: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["stats"] = self.stats.to_dict()
+        out["usage"]["total_tokens"] = self.usage.total_tokens
+        return out

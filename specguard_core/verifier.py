@@ -1,0 +1,90 @@
+"""Score and decide: the selected draft step's confidence and grounding, normalised, ensembled and
+thresholded; tool-call steps must also be structurally valid and respect the tool choice."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specguard_core import signals
+from specguard_core.capture import AttentionRecorder
+from specguard_core.chat import parse_tool_call
+from specguard_core.config import SpecGuardConfig
+from specguard_core.handle import CacheState, ModelHandle
+from specguard_core.proposer import Candidate
+from specguard_core.types import StepKind, ToolCall
+
+
+@dataclass(frozen=True)
+class Scores:
+    confidence: float
+    grounding: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    scores: Scores
+    score: float
+    accepted: bool
+    reason: str | None = None
+    tool_call: ToolCall | None = None
+
+
+def draft_scores(cand: Candidate, cfg: SpecGuardConfig) -> Scores:
+    """Signals from what the draft computed while it generated the step (no extra pass)."""
+    rows = cand.step_rows if cand.step_rows is not None else torch.zeros(0, 0, 0)
+    return Scores(signals.confidence(torch.tensor(cand.logprobs)),
+                  signals.grounding(rows, cfg.rollout_residual))
+
+
+def target_scores(target: ModelHandle, state: CacheState, step_ids: list[int],
+                  layers: frozenset[int], cfg: SpecGuardConfig) -> Scores:
+    """Signals from the target, teacher-forcing the step: one catch-up pass with capture. The step
+    is then committed in `state`; the caller rolls it back if the step is rejected."""
+    n0 = len(state.ids)
+    first = target.next_logits(state)  # [V] predicts step_ids[0]
+    recorder = AttentionRecorder(layers)
+    out = target.extend(state, step_ids, all_logits=True, recorder=recorder)
+    if out is None:
+        return Scores(0.0, 1.0)
+    logits = torch.cat([first[None], out.logits[0, :-1]])  # [T, V] predicting each step token
+    logps = torch.log_softmax(logits, -1).gather(-1, torch.tensor(step_ids)[:, None])[:, 0]
+    att = signals.sparsify_rows(recorder.stacked()[0], cfg.sparsify_threshold)  # [L, T, n]
+    return Scores(signals.confidence(logps), signals.grounding(att[:, :, n0:], cfg.rollout_residual))
+
+
+def decide(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, bool]:
+    """r = beta * l~ + (1 - beta) * g~ with min-max bounds; accept iff r >= tau."""
+    b = cfg.bounds
+    conf = signals.min_max(scores.confidence, b.confidence_min, b.confidence_max)
+    ground = signals.min_max(scores.grounding, b.grounding_min, b.grounding_max)
+    score = signals.ensemble(conf, ground, cfg.beta)
+    return score, signals.accept(score, cfg.tau)
+
+
+def structural_check(text: str, kind: StepKind, tools: list[dict[str, Any]],
+                     required: str | None, tokenizer: Any) -> tuple[str | None, ToolCall | None]:
+    """(reason to reject or None, parsed tool call) for a step of `kind`.
+
+    `required` is the tool choice still owed: "*" for any call, a name, or None.
+    """
+    if kind == "tool_call":
+        call = parse_tool_call(text, tools, tokenizer)
+        if call.error:
+            return call.error, call
+        if required not in (None, "*") and call.name != required:
+            return f"tool_choice requires {required!r}, got {call.name!r}", call
+        return None, call
+    if required and kind == "answer" and text.strip():
+        return "tool_choice requires a tool call before answering", None
+    return None, None
+
+
+def verify(scores: Scores, cfg: SpecGuardConfig, structural: str | None,
+           call: ToolCall | None) -> Verdict:
+    score, ok = decide(scores, cfg)
+    if structural:
+        return Verdict(scores, score, False, structural, call)
+    return Verdict(scores, score, ok, None if ok else f"score {score:.3f} < tau {cfg.tau}", call)
