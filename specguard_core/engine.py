@@ -49,8 +49,9 @@ class GenerationStream(Iterator[StepRecord]):
     """Committed steps as they come; `.result` holds the `GenerationResult` once exhausted.
     `close()` (or leaving a `with` block) stops generation and frees the engine."""
 
-    def __init__(self, steps: Iterator[StepRecord], holder: dict[str, GenerationResult]) -> None:
-        self._steps, self._holder = steps, holder
+    def __init__(self, steps: Iterator[StepRecord], holder: dict[str, GenerationResult],
+                 cancel: threading.Event) -> None:
+        self._steps, self._holder, self._cancel = steps, holder, cancel
 
     def __next__(self) -> StepRecord:
         return next(self._steps)
@@ -62,9 +63,15 @@ class GenerationStream(Iterator[StepRecord]):
         self.close()
 
     def close(self) -> None:
+        """Stop after the step in progress and release the engine. Safe from any thread: when
+        another thread is inside `next()`, generation stops at the next step boundary."""
+        self._cancel.set()
         close = getattr(self._steps, "close", None)
-        if close:
-            close()
+        try:
+            if close:
+                close()
+        except ValueError:  # "generator already executing" in another thread: the flag stops it
+            pass
 
     @property
     def result(self) -> GenerationResult:
@@ -144,7 +151,7 @@ class SpecGuardEngine:
         )
         req.draft.pending, req.target.pending = prompts
         holder: dict[str, GenerationResult] = {}
-        return GenerationStream(self._session(req, holder), holder)
+        return GenerationStream(self._session(req, holder), holder, req.cancel)
 
     def calibrate(self, prompts: Sequence[str | Sequence[Message]], low_q: float = 1.0,
                   high_q: float = 99.0, path: str | None = None, **overrides: Any) -> NormBounds:
@@ -179,7 +186,7 @@ class SpecGuardEngine:
         cfg = req.cfg
         selector = self._selector(cfg)
         layers = capture.last_layers(self.draft.model, cfg.grounding_layers)
-        while req.finish is None:
+        while req.finish is None and not req.cancel.is_set():
             phases: dict[str, float] = {}
             with _timed(phases, "catch_up"):
                 self.draft.catch_up(req.draft)

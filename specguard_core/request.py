@@ -6,6 +6,7 @@ counters, stop conditions. `Request.result()` assembles the `GenerationResult`.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +61,7 @@ class Request:
     in_think: bool = False
     finish: FinishReason | None = None
     started: float = field(default_factory=time.perf_counter)
+    cancel: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.stats.draft, self.stats.target = self.draft.counters, self.target.counters

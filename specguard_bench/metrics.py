@@ -1,0 +1,233 @@
+"""Per-problem rows, the ideal-latency definition, and per-method summaries.
+
+A `ProblemRow` is one (problem, method) result, one JSON line of `results.jsonl`. `summarize` turns
+rows into one `MethodSummary` per method; speed-ups are ratios of summed latency over the problems
+both methods ran (i.e. ratios of mean latency on a common set).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from specguard_core.types import GenerationResult, StepRecord
+
+OVERHEAD_PHASES = ("select", "score")
+
+
+def ideal_latency(steps: Sequence[StepRecord]) -> float:
+    """The analytic ideal latency of one SpecGuard run, from its per-step phase timings.
+
+    Definition: the sum over committed steps of
+      - `phase_s["propose"]` if the step is the draft's and was accepted (`step.accepted`),
+      - `phase_s["fallback"]` otherwise (the target wrote the step),
+    i.e. the run an oracle verifier would make: it pays only for the step that is kept, and
+    nothing for selection, scoring, the draft's per-step catch-up prefill, or draft proposals that
+    end up rejected. Phases missing from a step count as 0. The engine times the target's catch-up
+    prefill inside "fallback", so the ideal includes it; the prompt prefill at the start of a run
+    (RunStats.phase_time_s["prefill"]) belongs to no step and is excluded. Hence
+    `wall_time / ideal_latency >= 1` up to the prompt prefill, and the ratio is the overhead factor
+    of verification.
+    """
+    return sum(
+        s.phase_s.get("propose", 0.0) if s.accepted else s.phase_s.get("fallback", 0.0)
+        for s in steps
+    )
+
+
+@dataclass
+class ProblemRow:
+    """One (problem, method) result. SpecGuard-only fields are None for the baselines; for the
+    baselines `prefilled_*` is the prompt length where the method's prefill is known."""
+
+    uid: str
+    dataset: str
+    index: int
+    method: str
+    correct: bool
+    predicted: str | None
+    gold: str
+    latency_s: float
+    new_tokens: int
+    prompt_tokens: int
+    finish_reason: str
+    text: str
+    steps: int | None = None
+    target_steps: int | None = None
+    scored_steps: int | None = None
+    accepted_steps: int | None = None
+    draft_tokens: int | None = None
+    target_tokens: int | None = None
+    prefilled_draft: int | None = None
+    prefilled_target: int | None = None
+    phase_s: dict[str, float] = field(default_factory=dict)
+    ideal_latency_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProblemRow:
+        """Inverse of `to_dict`; unknown keys are ignored (rows written by newer versions)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def specguard_fields(result: GenerationResult) -> dict[str, Any]:
+    """The SpecGuard-specific `ProblemRow` fields of one engine result."""
+    steps = result.steps
+    stats = result.stats
+    return dict(
+        steps=len(steps),
+        target_steps=sum(s.source == "target" for s in steps),
+        scored_steps=sum(s.score is not None for s in steps),
+        accepted_steps=sum(s.accepted for s in steps),
+        draft_tokens=stats.draft_tokens,
+        target_tokens=stats.target_tokens,
+        prefilled_draft=stats.draft.prefilled,
+        prefilled_target=stats.target.prefilled,
+        phase_s=dict(stats.phase_time_s),
+        ideal_latency_s=ideal_latency(steps),
+    )
+
+
+@dataclass
+class MethodSummary:
+    """Aggregates of one method over its rows. Fractions/rates are None where they do not apply
+    (e.g. step acceptance for a baseline). `speedup_vs_*` are filled by `add_speedups`."""
+
+    method: str
+    n: int
+    n_correct: int
+    accuracy: float
+    latency_median_s: float
+    latency_mean_s: float
+    tokens_per_s: float
+    new_tokens_mean: float
+    truncated: int
+    target_step_fraction: float | None
+    target_token_fraction: float | None
+    acceptance_rate: float | None
+    overhead_share: float | None
+    prefilled_draft_mean: float | None
+    prefilled_target_mean: float | None
+    measured_over_ideal: float | None
+    speedup_vs_target: float | None = None
+    speedup_vs_token_sd: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 else None
+
+
+def _sum_opt(values: Iterable[int | float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(sum(vals)) if vals else None
+
+
+def _mean_opt(values: Iterable[int | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def _token_fraction(method: str, rows: Sequence[ProblemRow]) -> float | None:
+    if method == "target":
+        return 1.0
+    if method == "draft":
+        return 0.0
+    target = _sum_opt(r.target_tokens for r in rows)
+    draft = _sum_opt(r.draft_tokens for r in rows)
+    if target is None or draft is None:
+        return None
+    return _ratio(target, target + draft)
+
+
+def summarize_method(method: str, rows: Sequence[ProblemRow]) -> MethodSummary:
+    """Aggregate the rows of one method (`rows` must be non-empty and all of `method`)."""
+    if not rows:
+        raise ValueError(f"no rows for {method}")
+    lat = [r.latency_s for r in rows]
+    total_lat = sum(lat)
+    n_correct = sum(r.correct for r in rows)
+    steps, target_steps = _sum_opt(r.steps for r in rows), _sum_opt(r.target_steps for r in rows)
+    scored, accepted = _sum_opt(r.scored_steps for r in rows), _sum_opt(r.accepted_steps for r in rows)
+    overhead = [sum(r.phase_s.get(p, 0.0) for p in OVERHEAD_PHASES) for r in rows if r.phase_s]
+    ideal = _sum_opt(r.ideal_latency_s for r in rows)
+    return MethodSummary(
+        method=method,
+        n=len(rows),
+        n_correct=n_correct,
+        accuracy=n_correct / len(rows),
+        latency_median_s=statistics.median(lat),
+        latency_mean_s=statistics.fmean(lat),
+        tokens_per_s=_ratio(sum(r.new_tokens for r in rows), total_lat) or 0.0,
+        new_tokens_mean=statistics.fmean(r.new_tokens for r in rows),
+        truncated=sum(r.finish_reason == "length" for r in rows),
+        target_step_fraction=_ratio(target_steps, steps)
+        if steps is not None and target_steps is not None
+        else None,
+        target_token_fraction=_token_fraction(method, rows),
+        acceptance_rate=_ratio(accepted, scored) if accepted is not None and scored else None,
+        overhead_share=_ratio(sum(overhead), total_lat) if overhead else None,
+        prefilled_draft_mean=_mean_opt(r.prefilled_draft for r in rows),
+        prefilled_target_mean=_mean_opt(r.prefilled_target for r in rows),
+        measured_over_ideal=_ratio(total_lat, ideal) if ideal is not None else None,
+    )
+
+
+def speedup(rows: Sequence[ProblemRow], method: str, baseline: str) -> float | None:
+    """Summed latency of `baseline` over summed latency of `method`, on the problems both ran;
+    None if they share none. >1 means `method` is faster."""
+    by = {(r.uid, r.method): r.latency_s for r in rows}
+    common = [u for (u, m) in by if m == method and (u, baseline) in by]
+    if not common:
+        return None
+    return _ratio(sum(by[u, baseline] for u in common), sum(by[u, method] for u in common))
+
+
+def summarize(rows: Sequence[ProblemRow], methods: Sequence[str]) -> dict[str, MethodSummary]:
+    """One summary per method in `methods` that has rows, in that order, speed-ups included
+    (against `target` and `token-sd` when those ran)."""
+    out: dict[str, MethodSummary] = {}
+    for method in methods:
+        mine = [r for r in rows if r.method == method]
+        if not mine:
+            continue
+        summary = summarize_method(method, mine)
+        summary.speedup_vs_target = speedup(rows, method, "target")
+        summary.speedup_vs_token_sd = speedup(rows, method, "token-sd")
+        out[method] = summary
+    return out
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:{spec}}{suffix}"
+
+
+def markdown_table(summaries: Mapping[str, MethodSummary]) -> str:
+    """The summaries as a GitHub markdown table (one row per method)."""
+    head = (
+        "| method | accuracy | median s | mean s | tok/s | vs target | vs token-sd | "
+        "target steps | target tokens | acceptance | select+score | prefilled draft/target | "
+        "measured/ideal | truncated |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for s in summaries.values():
+        prefilled = f"{_fmt(s.prefilled_draft_mean, '.0f')}/{_fmt(s.prefilled_target_mean, '.0f')}"
+        lines.append(
+            f"| {s.method} | {s.accuracy:.1%} ({s.n_correct}/{s.n}) | {s.latency_median_s:.2f} | "
+            f"{s.latency_mean_s:.2f} | {s.tokens_per_s:.1f} | "
+            f"{_fmt(s.speedup_vs_target, '.2f', 'x')} | {_fmt(s.speedup_vs_token_sd, '.2f', 'x')} | "
+            f"{_fmt(s.target_step_fraction, '.1%')} | {_fmt(s.target_token_fraction, '.1%')} | "
+            f"{_fmt(s.acceptance_rate, '.1%')} | {_fmt(s.overhead_share, '.1%')} | {prefilled} | "
+            f"{_fmt(s.measured_over_ideal, '.2f', 'x')} | {s.truncated} |"
+        )
+    return "\n".join(lines) + "\n"
