@@ -4,7 +4,7 @@ random-weight models of real architectures.
 
 Entry points: `specguard bench ...`, `specguard calibrate ...` (see `specguard_bench.cli`), or
 `run_bench(BenchSettings(...))` / `run_synthetic(SyntheticSettings(...))` from Python.
-Heavy modules (torch, transformers, math-verify) are imported lazily by the submodules that need them.
+Heavy modules (torch, transformers, math-verify) are imported by the submodules that need them.
 """
 
 from __future__ import annotations

@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from math_verify import parse, verify  # type: ignore[import-untyped]
+from math_verify import parse, verify
 
 
 @dataclass(frozen=True)
 class Grade:
-    """`correct`: math-verify says the prediction equals the gold answer. `predicted`: the answer
-    string math-verify extracted (None if none). `boxed`: the last `\\boxed{...}` content, if any."""
+    """`correct`: math-verify says the prediction equals the gold answer. `predicted`: the
+    answer string math-verify extracted (None if none). `boxed`: the last `\\boxed{...}`
+    content, if any."""
 
     correct: bool
     predicted: str | None

@@ -44,7 +44,9 @@ def read_rows(dataset: str) -> list[dict[str, Any]]:
     """All rows of a shipped dataset file, in file order."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(DATASETS)}")
-    text = resources.files("specguard_bench").joinpath(f"data/{DATASETS[dataset]}").read_text("utf-8")
+    text = (
+        resources.files("specguard_bench").joinpath(f"data/{DATASETS[dataset]}").read_text("utf-8")
+    )
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 

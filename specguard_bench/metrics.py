@@ -156,7 +156,10 @@ def summarize_method(method: str, rows: Sequence[ProblemRow]) -> MethodSummary:
     total_lat = sum(lat)
     n_correct = sum(r.correct for r in rows)
     steps, target_steps = _sum_opt(r.steps for r in rows), _sum_opt(r.target_steps for r in rows)
-    scored, accepted = _sum_opt(r.scored_steps for r in rows), _sum_opt(r.accepted_steps for r in rows)
+    scored, accepted = (
+        _sum_opt(r.scored_steps for r in rows),
+        _sum_opt(r.accepted_steps for r in rows),
+    )
     overhead = [sum(r.phase_s.get(p, 0.0) for p in OVERHEAD_PHASES) for r in rows if r.phase_s]
     ideal = _sum_opt(r.ideal_latency_s for r in rows)
     return MethodSummary(
@@ -225,7 +228,8 @@ def markdown_table(summaries: Mapping[str, MethodSummary]) -> str:
         lines.append(
             f"| {s.method} | {s.accuracy:.1%} ({s.n_correct}/{s.n}) | {s.latency_median_s:.2f} | "
             f"{s.latency_mean_s:.2f} | {s.tokens_per_s:.1f} | "
-            f"{_fmt(s.speedup_vs_target, '.2f', 'x')} | {_fmt(s.speedup_vs_token_sd, '.2f', 'x')} | "
+            f"{_fmt(s.speedup_vs_target, '.2f', 'x')} | "
+            f"{_fmt(s.speedup_vs_token_sd, '.2f', 'x')} | "
             f"{_fmt(s.target_step_fraction, '.1%')} | {_fmt(s.target_token_fraction, '.1%')} | "
             f"{_fmt(s.acceptance_rate, '.1%')} | {_fmt(s.overhead_share, '.1%')} | {prefilled} | "
             f"{_fmt(s.measured_over_ideal, '.2f', 'x')} | {s.truncated} |"

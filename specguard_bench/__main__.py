@@ -1,0 +1,10 @@
+"""`python -m specguard_bench bench|calibrate ...`: the `specguard bench|calibrate` commands."""
+
+from __future__ import annotations
+
+import sys
+
+from specguard_bench.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

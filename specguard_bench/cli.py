@@ -1,0 +1,281 @@
+"""Command-line pieces: `specguard bench ...` and `specguard calibrate ...`.
+
+`add_bench_parser(subparsers)` and `add_calibrate_parser(subparsers)` register the subcommands on
+an argparse sub-parser set; each sets `func` to its handler (`args.func(args)` returns the exit
+status). `main(argv)` is a standalone entry point (`python -m specguard_bench bench ...`).
+Heavy imports (torch, transformers) happen inside the handlers, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from specguard_bench.data import DATASETS
+from specguard_bench.methods import METHODS
+from specguard_core.config import PRESETS, SpecGuardConfig
+from specguard_core.models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+_SPECIAL_FLOATS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf}
+
+
+def parse_value(text: str) -> Any:
+    """A `--set` value: JSON (`4`, `0.6`, `true`, `["\\n\\n"]`), `inf`/`-inf`, else the string."""
+    if text.strip().lower() in _SPECIAL_FLOATS:
+        return _SPECIAL_FLOATS[text.strip().lower()]
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """`["k=4", "fast.tau=0.6"]` -> `{"k": 4, "fast.tau": 0.6}`, validated: keys must be
+    SpecGuardConfig fields (optionally scoped `<preset>.<field>`) and the values must pass the
+    config's validation. Raises ValueError with the offending item."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        key = key.strip()
+        scope, _, name = key.rpartition(".")
+        if scope and scope not in PRESETS:
+            raise ValueError(f"--set {item!r}: unknown preset {scope!r}; use {sorted(PRESETS)}")
+        if name not in SpecGuardConfig.model_fields:
+            raise ValueError(f"--set {item!r}: {name!r} is not a SpecGuardConfig field")
+        value = parse_value(raw)
+        if isinstance(value, list):
+            value = tuple(value)
+        try:
+            SpecGuardConfig().merged(**{name: value})
+        except ValueError as err:
+            raise ValueError(f"--set {item!r}: {err}") from None
+        out[key] = value
+    return out
+
+
+def _csv(kind: type) -> Any:
+    def parse(text: str) -> tuple[Any, ...]:
+        return tuple(kind(x) for x in text.split(",") if x.strip())
+
+    return parse
+
+
+def _model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--draft",
+        default=DEFAULT_DRAFT,
+        help="draft model: hub id, folder, .gguf or cached name (default %(default)s)",
+    )
+    parser.add_argument(
+        "--target", default=DEFAULT_TARGET, help="target model (default %(default)s)"
+    )
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        choices=["auto", "bfloat16", "float16", "float32"],
+        help="default bfloat16 (synthetic mode: float32 for tiny/small, bfloat16 for real)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="SpecGuardConfig override for the SpecGuard methods, repeatable "
+        "(k=4, tau=0.6; fast.k=4 for one preset)",
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=700)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def add_bench_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Register `bench`: real-model comparison on GSM8K/MATH-500, or `--synthetic` timing."""
+    p = subparsers.add_parser(
+        "bench",
+        help="compare target, draft, token-level SD and SpecGuard presets",
+        description="Runs every method on the same problems, problem by problem; writes "
+        "results.jsonl (resumable), summary.json, results.md and results.png to --out.",
+    )
+    p.add_argument("--dataset", choices=sorted(DATASETS), default="gsm8k")
+    p.add_argument("--n", type=int, default=20, help="number of problems")
+    p.add_argument("--offset", type=int, default=0, help="index of the first problem")
+    p.add_argument(
+        "--methods",
+        type=_csv(str),
+        default=METHODS,
+        help=f"comma-separated subset of {','.join(METHODS)}",
+    )
+    p.add_argument("--out", type=Path, default=Path("bench-results"), help="output directory")
+    p.add_argument(
+        "--bounds",
+        type=Path,
+        default=None,
+        help="NormBounds JSON from `specguard calibrate` (recorded in the summary)",
+    )
+    p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
+    _model_args(p)
+    syn = p.add_argument_group("synthetic mode (random weights, real architectures)")
+    syn.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="time random-weight models instead of running the benchmark",
+    )
+    syn.add_argument(
+        "--synthetic-size",
+        choices=["tiny", "small", "real"],
+        default="small",
+        help="small: CPU-sized Qwen2 pair (float32); real: Qwen2.5-0.5B/7B shapes, bf16, for a GPU",
+    )
+    syn.add_argument("--synthetic-preset", choices=sorted(PRESETS), default="fast")
+    syn.add_argument(
+        "--acceptance",
+        type=_csv(float),
+        default=(0.5, 0.7, 0.9),
+        help="forced acceptance rates (default 0.5,0.7,0.9)",
+    )
+    syn.add_argument("--ks", type=_csv(int), default=(1, 4, 16), help="k values (default 1,4,16)")
+    syn.add_argument("--synthetic-prompts", type=int, default=3, help="measured runs per setting")
+    p.set_defaults(func=cmd_bench)
+    return p
+
+
+def add_calibrate_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Register `calibrate`: fit NormBounds on problems outside the evaluated slice."""
+    p = subparsers.add_parser(
+        "calibrate",
+        help="fit the normaliser bounds (NormBounds JSON) on unlabeled problems",
+        description="Runs the draft (every step accepted) on --n problems from --offset and "
+        "writes the 1st/99th percentiles of its step signals to --out. Keep the "
+        "slice disjoint from the one you evaluate.",
+    )
+    p.add_argument("--dataset", choices=sorted(DATASETS), default="gsm8k")
+    p.add_argument("--n", type=int, default=20)
+    p.add_argument("--offset", type=int, default=500)
+    p.add_argument("--out", type=Path, default=Path("bounds.json"))
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="fast",
+        help="SpecGuard preset whose sampling settings are used (default fast)",
+    )
+    p.add_argument("--low-q", type=float, default=1.0, help="lower percentile (default 1)")
+    p.add_argument("--high-q", type=float, default=99.0, help="upper percentile (default 99)")
+    _model_args(p)
+    p.set_defaults(func=cmd_calibrate)
+    return p
+
+
+def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
+    from specguard_bench.harness import BenchSettings, run_bench
+
+    summary = run_bench(
+        BenchSettings(
+            out_dir=args.out,
+            dataset=args.dataset,
+            n=args.n,
+            offset=args.offset,
+            seed=args.seed,
+            methods=tuple(args.methods),
+            sets=sets,
+            max_new_tokens=args.max_new_tokens,
+            draft=args.draft,
+            target=args.target,
+            device=args.device,
+            dtype=args.dtype or "bfloat16",
+            bounds_path=args.bounds,
+            warmup=not args.no_warmup,
+            progress=not args.no_progress,
+        )
+    )
+    print(summary["table"], end="")
+    print(f"results in {args.out}/ (results.jsonl, summary.json, results.md, results.png)")
+
+
+def _synthetic(args: argparse.Namespace, sets: dict[str, Any]) -> None:
+    from specguard_bench.synthetic import SyntheticSettings, run_synthetic, synthetic_markdown
+
+    report = run_synthetic(
+        SyntheticSettings(
+            out_dir=args.out,
+            size=args.synthetic_size,
+            device=args.device,
+            dtype=None if args.dtype in (None, "auto") else args.dtype,
+            preset=args.synthetic_preset,
+            sets=sets,
+            rates=tuple(args.acceptance),
+            ks=tuple(args.ks),
+            n_prompts=args.synthetic_prompts,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    )
+    print(synthetic_markdown(report), end="")
+    print(f"report in {args.out}/ (synthetic.json, synthetic.md, synthetic.png)")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Handler of `bench`: 0 on success, 2 on bad options or a mismatched resume directory."""
+    from specguard_bench.harness import ResumeMismatch
+
+    try:
+        sets = parse_sets(args.sets)
+        (_synthetic if args.synthetic else _bench)(args, sets)
+    except (ValueError, ResumeMismatch, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Handler of `calibrate`: writes the bounds JSON and prints it."""
+    from specguard_bench.harness import CalibrateSettings, run_calibrate
+
+    try:
+        bounds = run_calibrate(
+            CalibrateSettings(
+                out=args.out,
+                dataset=args.dataset,
+                n=args.n,
+                offset=args.offset,
+                seed=args.seed,
+                preset=args.preset,
+                sets=parse_sets(args.sets),
+                max_new_tokens=args.max_new_tokens,
+                draft=args.draft,
+                target=args.target,
+                device=args.device,
+                dtype=args.dtype or "bfloat16",
+                low_q=args.low_q,
+                high_q=args.high_q,
+                progress=not args.no_progress,
+            )
+        )
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(bounds.model_dump(), indent=2))
+    print(f"bounds written to {args.out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point with the `bench` and `calibrate` subcommands."""
+    parser = argparse.ArgumentParser(prog="specguard-bench")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_bench_parser(sub)
+    add_calibrate_parser(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args))

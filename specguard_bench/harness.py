@@ -1,0 +1,387 @@
+"""The benchmark run: all methods on the same problems, interleaved problem by problem, resumable.
+
+Output directory layout (`BenchSettings.out_dir`):
+
+- `results.jsonl`: one `ProblemRow` per (problem, method), appended and flushed as each finishes;
+  pairs already present are skipped on the next run (resume).
+- `run.json`: the settings that change results; a resumed run must match them.
+- `summary.json`, `results.md`, `results.png`: rewritten at the end of every run from all rows of
+  the selected problems and methods.
+
+Within one problem the methods run in a rotated order (problem i starts with method i mod m), so
+no method is always first after a model switch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from specguard_bench.answers import grade
+from specguard_bench.data import Problem, load_problems, messages_for
+from specguard_bench.methods import METHODS, check_methods, preset_of, run_method, specguard_config
+from specguard_bench.metrics import ProblemRow, markdown_table, specguard_fields, summarize
+from specguard_core.config import NormBounds, SpecGuardConfig
+from specguard_core.models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+RESULTS, RUN, SUMMARY, TABLE, PLOT = (
+    "results.jsonl",
+    "run.json",
+    "summary.json",
+    "results.md",
+    "results.png",
+)
+WARMUP_PROMPT = "What is 2 + 3?"
+
+
+class ResumeMismatch(RuntimeError):
+    """The output directory holds results made with different settings."""
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """Everything a benchmark run depends on. `sets` are SpecGuardConfig overrides for the
+    SpecGuard methods (`k=4`, or `fast.k=4` for one preset); `bounds_path` a NormBounds JSON."""
+
+    out_dir: Path
+    dataset: str = "gsm8k"
+    n: int = 20
+    offset: int = 0
+    seed: int = 0
+    methods: tuple[str, ...] = METHODS
+    sets: Mapping[str, Any] = field(default_factory=dict)
+    max_new_tokens: int = 700
+    draft: str = DEFAULT_DRAFT
+    target: str = DEFAULT_TARGET
+    device: str = "auto"
+    dtype: str = "bfloat16"
+    bounds_path: Path | None = None
+    warmup: bool = True
+    progress: bool = True
+
+    def fingerprint(self, bounds: NormBounds | None) -> dict[str, Any]:
+        """The settings that change a (problem, method) result; resuming requires equality."""
+        return {
+            "seed": self.seed,
+            "sets": dict(sorted(self.sets.items())),
+            "max_new_tokens": self.max_new_tokens,
+            "draft": self.draft,
+            "target": self.target,
+            "device": self.device,
+            "dtype": self.dtype,
+            "bounds": bounds.model_dump() if bounds is not None else None,
+        }
+
+
+# --------------------------------------------------------------------------- results file
+
+
+def load_rows(path: Path) -> list[ProblemRow]:
+    """Rows of a results JSONL file ([] if missing). A truncated last line (a run killed while
+    writing) is skipped; any other bad line raises ValueError."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(ProblemRow.from_dict(json.loads(line)))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}:{i + 1} is not valid JSON") from None
+    return rows
+
+
+def append_row(path: Path, row: ProblemRow) -> None:
+    """Append one row as a JSON line and flush it to disk."""
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(row.to_dict(), ensure_ascii=False) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def check_resume(out_dir: Path, fingerprint: Mapping[str, Any]) -> None:
+    """Record `fingerprint` in `run.json`, or raise ResumeMismatch if the directory already holds
+    results made with different settings."""
+    path = out_dir / RUN
+    current = json.loads(json.dumps(fingerprint))  # normalise tuples, floats as JSON sees them
+    if path.exists():
+        previous = json.loads(path.read_text())
+        if previous != current and (out_dir / RESULTS).exists():
+            diff = sorted(k for k in {*previous, *current} if previous.get(k) != current.get(k))
+            raise ResumeMismatch(
+                f"{out_dir} holds results made with other settings ({', '.join(diff)} differ); "
+                "use a new --out directory or delete it"
+            )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(current, indent=2) + "\n")
+
+
+def pending_pairs(
+    problems: Sequence[Problem], methods: Sequence[str], done: set[tuple[str, str]]
+) -> list[tuple[Problem, str]]:
+    """The (problem, method) pairs still to run, problem by problem, methods rotated per problem."""
+    pairs = []
+    for pos, problem in enumerate(problems):
+        shift = pos % len(methods)
+        for method in (*methods[shift:], *methods[:shift]):
+            if (problem.uid, method) not in done:
+                pairs.append((problem, method))
+    return pairs
+
+
+# --------------------------------------------------------------------------- running
+
+
+def load_engine(draft: str, target: str, device: str, dtype: str, progress: bool) -> Any:
+    """SpecGuardEngine.from_pretrained for the pair (cached registry names resolve offline)."""
+    from specguard_core import SpecGuardEngine
+
+    return SpecGuardEngine.from_pretrained(
+        draft, target, device=device, dtype=dtype, progress=progress
+    )
+
+
+def run_pair(
+    engine: Any, problem: Problem, method: str, settings: BenchSettings, bounds: NormBounds | None
+) -> ProblemRow:
+    """Run one method on one problem, grade it, and build its row."""
+    out = run_method(
+        engine,
+        method,
+        messages_for(problem.question),
+        max_new_tokens=settings.max_new_tokens,
+        seed=settings.seed * 1_000_003 + problem.index,
+        sets=settings.sets,
+        bounds=bounds,
+    )
+    verdict = grade(out.text, problem.gold)
+    row = ProblemRow(
+        uid=problem.uid,
+        dataset=problem.dataset,
+        index=problem.index,
+        method=method,
+        correct=verdict.correct,
+        predicted=verdict.predicted,
+        gold=problem.gold,
+        latency_s=out.latency_s,
+        new_tokens=out.new_tokens,
+        prompt_tokens=out.prompt_tokens,
+        finish_reason=out.finish_reason,
+        text=out.text,
+        prefilled_draft=out.prefilled_draft,
+        prefilled_target=out.prefilled_target,
+    )
+    if out.result is not None:
+        for key, value in specguard_fields(out.result).items():
+            setattr(row, key, value)
+    return row
+
+
+def warm_up(engine: Any, methods: Sequence[str], settings: BenchSettings) -> None:
+    """One short untimed run of each method (lazy initialisation, kernel selection, caches)."""
+    for method in methods:
+        run_method(
+            engine,
+            method,
+            messages_for(WARMUP_PROMPT),
+            max_new_tokens=8,
+            seed=settings.seed,
+            sets=settings.sets,
+        )
+
+
+def _iterate(pairs: list[tuple[Problem, str]], progress: bool) -> Iterator[tuple[Problem, str]]:
+    with tqdm(total=len(pairs), desc="bench", unit="run", disable=not progress) as bar:
+        for problem, method in pairs:
+            bar.set_postfix_str(f"{problem.uid} {method}")
+            yield problem, method
+            bar.update(1)
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def environment(engine: Any = None) -> dict[str, Any]:
+    """Versions and hardware for the summary (device details only when an engine is given)."""
+    import torch
+    import transformers
+
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": None,
+        "device_name": platform.processor() or platform.machine(),
+    }
+    if engine is not None:
+        device = next(engine.target.model.parameters()).device
+        if device.type == "cuda":
+            env["device_name"] = torch.cuda.get_device_name(device)
+        env["device"] = str(device)
+        env["draft_dtype"] = str(next(engine.draft.model.parameters()).dtype)
+        env["target_dtype"] = str(next(engine.target.model.parameters()).dtype)
+    return env
+
+
+def build_summary(
+    rows: Sequence[ProblemRow],
+    settings: BenchSettings,
+    bounds: NormBounds | None,
+    base: SpecGuardConfig,
+    env: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The summary JSON: settings, bounds (path and values), the full config of each SpecGuard
+    method (from the engine's `base` config), the environment `env`, and one `MethodSummary`
+    per method."""
+    summaries = summarize(rows, settings.methods)
+    configs = {
+        m: specguard_config(
+            base, m, settings.sets, max_new_tokens=settings.max_new_tokens, bounds=bounds
+        ).model_dump(mode="json")
+        for m in settings.methods
+        if preset_of(m) is not None
+    }
+    used = bounds if bounds is not None else base.bounds
+    return {
+        "settings": {
+            **settings.fingerprint(bounds),
+            "dataset": settings.dataset,
+            "n": settings.n,
+            "offset": settings.offset,
+            "methods": list(settings.methods),
+            "out_dir": str(settings.out_dir),
+        },
+        "bounds": {
+            "path": str(settings.bounds_path) if settings.bounds_path else None,
+            "values": used.model_dump(),
+            "calibrated": bounds is not None,
+        },
+        "configs": configs,
+        "environment": dict(env),
+        "n_problems": len({r.uid for r in rows}),
+        "methods": {m: s.to_dict() for m, s in summaries.items()},
+        "table": markdown_table(summaries),
+    }
+
+
+def write_reports(out_dir: Path, summary: Mapping[str, Any]) -> None:
+    """Write summary.json, results.md (table + settings) and results.png."""
+    from specguard_bench.plot import plot_bench
+
+    (out_dir / SUMMARY).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    s = summary["settings"]
+    header = (
+        f"# SpecGuard benchmark: {s['dataset']} problems {s['offset']}.."
+        f"{s['offset'] + summary['n_problems'] - 1}\n\n"
+        f"draft `{s['draft']}`, target `{s['target']}`, {summary['environment']['device_name']} "
+        f"({summary['environment']['device']}), {s['dtype']}, max {s['max_new_tokens']} new "
+        f"tokens, bounds: {summary['bounds']['path'] or 'defaults (uncalibrated)'}\n\n"
+    )
+    (out_dir / TABLE).write_text(header + summary["table"])
+    plot_bench(summary, out_dir / PLOT)
+
+
+def _previous_environment(out_dir: Path) -> dict[str, Any]:
+    """The environment recorded by the last run in `out_dir` (nothing ran this time)."""
+    path = out_dir / SUMMARY
+    if path.exists():
+        return dict(json.loads(path.read_text()).get("environment", {}))
+    return environment()
+
+
+def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
+    """Run (or resume) the benchmark; return the summary dict (also written to disk).
+
+    `engine`: an already-built SpecGuardEngine (tests, notebooks); loaded from
+    `settings.draft/target` otherwise. Raises ResumeMismatch if `out_dir` holds results made with
+    other settings, ValueError for bad dataset/method names.
+    """
+    methods = check_methods(settings.methods)
+    problems = load_problems(settings.dataset, settings.n, settings.offset)
+    bounds = NormBounds.load(settings.bounds_path) if settings.bounds_path else None
+    out_dir = settings.out_dir
+    check_resume(out_dir, settings.fingerprint(bounds))
+    results = out_dir / RESULTS
+    done = {(r.uid, r.method) for r in load_rows(results)}
+    pairs = pending_pairs(problems, methods, done)
+    if pairs:
+        engine = engine or load_engine(
+            settings.draft, settings.target, settings.device, settings.dtype, settings.progress
+        )
+        if settings.warmup:
+            warm_up(engine, sorted({m for _, m in pairs}), settings)
+        for problem, method in _iterate(pairs, settings.progress):
+            append_row(results, run_pair(engine, problem, method, settings, bounds))
+    wanted = {p.uid for p in problems}
+    rows = [r for r in load_rows(results) if r.uid in wanted and r.method in methods]
+    base = engine.config if engine is not None else SpecGuardConfig()
+    env = environment(engine) if engine is not None else _previous_environment(out_dir)
+    summary = build_summary(rows, settings, bounds, base, env)
+    write_reports(out_dir, summary)
+    return summary
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+@dataclass(frozen=True)
+class CalibrateSettings:
+    """`specguard calibrate`: fit NormBounds on `n` problems from `offset` (keep this slice
+    disjoint from the evaluated one), with `preset` and `sets` as the SpecGuard config."""
+
+    out: Path
+    dataset: str = "gsm8k"
+    n: int = 20
+    offset: int = 500
+    seed: int = 0
+    preset: str = "fast"
+    sets: Mapping[str, Any] = field(default_factory=dict)
+    max_new_tokens: int = 700
+    draft: str = DEFAULT_DRAFT
+    target: str = DEFAULT_TARGET
+    device: str = "auto"
+    dtype: str = "bfloat16"
+    low_q: float = 1.0
+    high_q: float = 99.0
+    progress: bool = True
+
+
+def run_calibrate(settings: CalibrateSettings, engine: Any = None) -> NormBounds:
+    """Fit the normaliser bounds with `engine.calibrate` on the selected problems and save them
+    to `settings.out` (NormBounds.save). Only the draft runs (every step is accepted)."""
+    problems = load_problems(settings.dataset, settings.n, settings.offset)
+    engine = engine or load_engine(
+        settings.draft, settings.target, settings.device, settings.dtype, settings.progress
+    )
+    config = specguard_config(
+        engine.config,
+        f"specguard-{settings.preset}",
+        settings.sets,
+        max_new_tokens=settings.max_new_tokens,
+    )
+    prompts = [messages_for(p.question) for p in problems]
+    # engine.calibrate iterates its prompts once, so a tqdm wrapper shows per-problem progress
+    bar = tqdm(prompts, desc="calibrate", unit="problem", disable=not settings.progress)
+    bounds: NormBounds = engine.calibrate(
+        bar,
+        low_q=settings.low_q,
+        high_q=settings.high_q,
+        **config.merged(seed=settings.seed).model_dump(),
+    )
+    settings.out.parent.mkdir(parents=True, exist_ok=True)
+    bounds.save(settings.out)
+    return bounds

@@ -1,0 +1,187 @@
+"""The compared methods, each run on one problem and timed the same way.
+
+- `target`, `draft`: greedy `model.generate` of one model alone.
+- `token-sd`: token-level speculative decoding, transformers' assisted generation
+  (`target.generate(..., assistant_model=draft)`), greedy, so its output equals `target`'s up to
+  kernel rounding.
+- `specguard-paper`, `specguard-fast`: `engine.generate` with the named preset, then the user's
+  `--set` overrides (global `key=value`, or `paper.key=value` / `fast.key=value` for one preset).
+
+Latency is wall-clock around everything a caller would do for one answer: templating the prompt,
+generation, decoding (CUDA is synchronised before the clock stops).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+from transformers import GenerationConfig
+
+from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig
+from specguard_core.types import GenerationResult
+
+METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-paper", "specguard-fast")
+BASELINES: tuple[str, ...] = ("target", "draft", "token-sd")
+
+
+@dataclass
+class MethodOutput:
+    """What one method produced for one problem. `result` is the engine's result for SpecGuard
+    methods (None for the baselines)."""
+
+    text: str
+    new_tokens: int
+    prompt_tokens: int
+    latency_s: float
+    finish_reason: str
+    prefilled_draft: int | None = None
+    prefilled_target: int | None = None
+    result: GenerationResult | None = None
+
+
+def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
+    """Validate method names (order kept, duplicates dropped)."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+    return tuple(dict.fromkeys(methods))
+
+
+def preset_of(method: str) -> str | None:
+    """`specguard-<preset>` -> `<preset>`; None for the baselines."""
+    return method.removeprefix("specguard-") if method.startswith("specguard-") else None
+
+
+def split_overrides(sets: Mapping[str, Any], preset: str) -> dict[str, Any]:
+    """The overrides that apply to `preset`: global keys, then `<preset>.<key>` keys (which win);
+    keys scoped to another preset are dropped."""
+    scoped = {k.split(".", 1)[1]: v for k, v in sets.items() if k.startswith(f"{preset}.")}
+    plain = {k: v for k, v in sets.items() if "." not in k}
+    return {**plain, **scoped}
+
+
+def specguard_config(
+    base: SpecGuardConfig,
+    method: str,
+    sets: Mapping[str, Any],
+    *,
+    max_new_tokens: int,
+    bounds: NormBounds | None = None,
+) -> SpecGuardConfig:
+    """The full, validated config a SpecGuard method runs with: `base` (the engine's config), the
+    preset, the `--set` overrides, `max_new_tokens` and, if given, the calibrated `bounds`."""
+    preset = preset_of(method)
+    if preset is None or preset not in PRESETS:
+        raise ValueError(f"{method} is not a SpecGuard preset method")
+    extra: dict[str, Any] = {"max_new_tokens": max_new_tokens}
+    if bounds is not None:
+        extra["bounds"] = bounds
+    return base.merged(**{**PRESETS[preset], **split_overrides(sets, preset), **extra})
+
+
+def greedy_config(
+    eos_ids: Sequence[int], pad_id: int | None, max_new_tokens: int
+) -> GenerationConfig:
+    """A fresh greedy generation config (no sampling, no repetition penalty from the model's own
+    generation_config), stopping at any of `eos_ids`."""
+    eos = sorted(eos_ids)
+    config: GenerationConfig = cast(Any, GenerationConfig)(
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos,
+        pad_token_id=pad_id if pad_id is not None else eos[0],
+    )
+    return config
+
+
+def _sync(model: Any) -> None:
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _hf_run(
+    engine: Any, method: str, messages: Sequence[Mapping[str, Any]], max_new_tokens: int
+) -> MethodOutput:
+    handle = engine.draft if method == "draft" else engine.target
+    t0 = time.perf_counter()
+    if handle is engine.target or getattr(engine, "same_vocab", True):
+        prompt = engine.prompt_ids(list(messages))
+    else:
+        text = handle.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True
+        )
+        prompt = list(handle.tokenizer(text, add_special_tokens=False)["input_ids"])
+    ids = torch.tensor([prompt], device=next(handle.model.parameters()).device)
+    cfg = greedy_config(handle.eos_ids, handle.tokenizer.pad_token_id, max_new_tokens)
+    extra: dict[str, Any] = {}
+    if method == "token-sd":
+        extra["assistant_model"] = engine.draft.model
+        if not getattr(engine, "same_vocab", True):
+            extra["tokenizer"] = engine.target.tokenizer
+            extra["assistant_tokenizer"] = engine.draft.tokenizer
+    with torch.inference_mode():
+        out = handle.model.generate(
+            ids, attention_mask=torch.ones_like(ids), generation_config=cfg, **extra
+        )
+    new = out[0, len(prompt) :].tolist()
+    text = handle.tokenizer.decode(new, skip_special_tokens=True)
+    _sync(handle.model)
+    latency = time.perf_counter() - t0
+    finish = "stop" if new and new[-1] in handle.eos_ids else "length"
+    prefilled = len(prompt) if method != "token-sd" else None
+    return MethodOutput(
+        text=text,
+        new_tokens=len(new),
+        prompt_tokens=len(prompt),
+        latency_s=latency,
+        finish_reason=finish,
+        prefilled_draft=prefilled if method == "draft" else None,
+        prefilled_target=prefilled if method == "target" else None,
+    )
+
+
+def _specguard_run(
+    engine: Any, config: SpecGuardConfig, messages: Sequence[Mapping[str, Any]]
+) -> MethodOutput:
+    t0 = time.perf_counter()
+    res: GenerationResult = engine.generate(list(messages), **config.model_dump())
+    _sync(engine.target.model)
+    latency = time.perf_counter() - t0
+    return MethodOutput(
+        text=res.raw_text,
+        new_tokens=res.usage.completion_tokens,
+        prompt_tokens=res.usage.prompt_tokens,
+        latency_s=latency,
+        finish_reason=res.finish_reason,
+        prefilled_draft=res.stats.draft.prefilled,
+        prefilled_target=res.stats.target.prefilled,
+        result=res,
+    )
+
+
+def run_method(
+    engine: Any,
+    method: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    max_new_tokens: int,
+    seed: int = 0,
+    sets: Mapping[str, Any] | None = None,
+    bounds: NormBounds | None = None,
+) -> MethodOutput:
+    """Run `method` on one conversation and time it. `seed` seeds torch and the engine's sampler
+    (pass a per-problem seed so runs are reproducible and resumable); `sets`/`bounds` apply to the
+    SpecGuard methods only. `text` is everything generated (for SpecGuard the raw committed text,
+    reasoning included), which is what the answer is extracted from."""
+    torch.manual_seed(seed)
+    if preset_of(method) is None:
+        return _hf_run(engine, method, messages, max_new_tokens)
+    config = specguard_config(
+        engine.config, method, sets or {}, max_new_tokens=max_new_tokens, bounds=bounds
+    )
+    return _specguard_run(engine, config.merged(seed=seed), messages)

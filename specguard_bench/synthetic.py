@@ -1,0 +1,511 @@
+"""Synthetic mode: timing with random-weight models of real architectures, no weights needed.
+
+What it measures (one report, `synthetic.json` / `synthetic.md` / `synthetic.png`):
+
+- target-only and draft-only latency (greedy `generate`) for the same number of new tokens;
+- SpecGuard latency at forced acceptance rates (default 50/70/90%), against target-only and
+  against the ideal (`metrics.ideal_latency`), with the acceptance actually achieved;
+- the per-step cost of k (default 1/4/16 candidates) with every step accepted;
+- the cost of attention capture for grounding: the engine has no switch to turn capture off, so
+  it is not separable from "propose"; the report gives propose time per step for 1, 3 and all
+  captured layers (`grounding_layers`), whose slope is the marginal cost per captured layer.
+
+How the runs are made comparable:
+
+- Fixed step length: the step delimiter is a string no token decodes to (`NEVER_DELIMITER`), so
+  every step is exactly `max_step_tokens` long; end-of-sequence and other special tokens are
+  masked out of the logits (a forward hook on `lm_head`), so every run has exactly
+  `steps * max_step_tokens` new tokens, for SpecGuard and for the baselines alike.
+- Forced acceptance: a calibration pass fits NormBounds (`engine.calibrate`), a second pass with
+  every step accepted collects the draft's step scores, and tau for rate a is their (1 - a)
+  quantile; the achieved rate on the measured prompts is reported next to the requested one.
+
+Sizes: `tiny` (tests), `small` (CPU default, float32), `real` (Qwen2.5-0.5B draft and Qwen2.5-7B
+target shapes, bfloat16, meant for a GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
+
+from specguard_bench.methods import run_method
+from specguard_bench.metrics import ideal_latency
+from specguard_core.config import NormBounds, SpecGuardConfig, preset
+from specguard_core.types import GenerationResult
+
+NEVER_DELIMITER = "\u241e\u241e"  # "␞␞": no word of the synthetic vocabulary decodes to it
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Qwen2 architecture (the fields of `Qwen2Config` that set cost)."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool = True
+
+    def config(self, eos_id: int, pad_id: int) -> Qwen2Config:
+        return Qwen2Config(
+            **asdict(self),
+            max_position_embeddings=32768,
+            rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+            eos_token_id=eos_id,
+            bos_token_id=pad_id,
+            pad_token_id=pad_id,
+        )
+
+    def parameters(self) -> int:
+        """Parameter count (embeddings counted once when tied)."""
+        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
+        kv = h // self.num_attention_heads * self.num_key_value_heads
+        layer = h * h * 2 + h * kv * 2 + h + 2 * kv + 3 * h * i + 2 * h
+        return self.num_hidden_layers * layer + v * h * (1 if self.tie_word_embeddings else 2) + h
+
+
+@dataclass(frozen=True)
+class SizeSpec:
+    """A draft/target pair and its default run shape."""
+
+    draft: Shape
+    target: Shape
+    dtype: str
+    step_tokens: int
+    steps: int
+    prompt_words: int
+
+
+SIZES: dict[str, SizeSpec] = {
+    "tiny": SizeSpec(
+        Shape(32, 2, 4, 2, 64, 256), Shape(64, 3, 4, 2, 128, 256), "float32", 4, 3, 12
+    ),
+    "small": SizeSpec(
+        Shape(128, 4, 4, 2, 384, 8192), Shape(512, 8, 8, 2, 1536, 8192), "float32", 16, 8, 64
+    ),
+    # Qwen2.5-0.5B(-Instruct) and Qwen2.5-7B(-Instruct) shapes
+    "real": SizeSpec(
+        Shape(896, 24, 14, 2, 4864, 151936, True),
+        Shape(3584, 28, 28, 4, 18944, 152064, False),
+        "bfloat16",
+        32,
+        8,
+        128,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class SyntheticSettings:
+    """Options of `specguard bench --synthetic`. `sets` are SpecGuardConfig overrides on top of
+    `preset` (e.g. `max_step_tokens`); `step_tokens`/`steps` default to the size's values."""
+
+    out_dir: Path
+    size: str = "small"
+    device: str = "auto"
+    dtype: str | None = None
+    preset: str = "fast"
+    sets: Mapping[str, Any] = field(default_factory=dict)
+    rates: tuple[float, ...] = (0.5, 0.7, 0.9)
+    ks: tuple[int, ...] = (1, 4, 16)
+    n_prompts: int = 3
+    calib_prompts: int = 2
+    seed: int = 0
+    progress: bool = True
+
+
+# --------------------------------------------------------------------------- models
+
+
+def word_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer with exactly `vocab_size` tokens: the specials, then `w0 w1 ...`,
+    whitespace-separated, with a Qwen-style chat template. No network, no training."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for i in range(vocab_size - len(vocab)):
+        vocab[f"w{i}"] = len(vocab)
+    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    core.add_special_tokens(list(SPECIAL_TOKENS))
+    fast: PreTrainedTokenizerFast = cast(Any, PreTrainedTokenizerFast)(
+        tokenizer_object=core,
+        bos_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="[UNK]",
+        chat_template=CHAT_TEMPLATE,
+    )
+    return fast
+
+
+def mask_logits(model: Any, token_ids: Sequence[int]) -> None:
+    """Make `token_ids` impossible to generate: a forward hook on `lm_head` sets their logits to
+    -1e4 (so runs never stop early at end-of-sequence)."""
+    ids = torch.tensor(sorted(token_ids))
+
+    def hook(_module: Any, _inputs: Any, output: torch.Tensor) -> torch.Tensor:
+        output[..., ids.to(output.device)] = -1e4
+        return output
+
+    model.get_output_embeddings().register_forward_hook(hook)
+
+
+def random_model(
+    shape: Shape, tokenizer: PreTrainedTokenizerFast, dtype: torch.dtype, device: str, seed: int
+) -> Any:
+    """A randomly initialised Qwen2ForCausalLM of `shape`, built directly on `device` in `dtype`,
+    with the tokenizer's special tokens masked out of its logits."""
+    eos, pad = int(tokenizer.eos_token_id), int(tokenizer.pad_token_id)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = cast(Any, AutoModelForCausalLM).from_config(shape.config(eos, pad), dtype=dtype)
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
+    mask_logits(model, [int(tokenizer.convert_tokens_to_ids(t)) for t in SPECIAL_TOKENS])
+    return model.eval()
+
+
+def synthetic_prompts(n: int, words: int, vocab_words: int, seed: int) -> list[str]:
+    """`n` prompts of `words` random vocabulary words each (same length, so same prefill)."""
+    rng = np.random.default_rng(seed)
+    return [" ".join(f"w{i}" for i in rng.integers(0, vocab_words, words)) for _ in range(n)]
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Runs:
+    """Per-run measurements of one configuration."""
+
+    latency: list[float] = field(default_factory=list)
+    ideal: list[float] = field(default_factory=list)
+    accepted: int = 0
+    scored: int = 0
+    steps: int = 0
+    phase_s: dict[str, float] = field(default_factory=dict)
+
+    def add(self, latency: float, res: GenerationResult) -> None:
+        self.latency.append(latency)
+        self.ideal.append(ideal_latency(res.steps))
+        self.accepted += sum(s.accepted for s in res.steps)
+        self.scored += sum(s.score is not None for s in res.steps)
+        self.steps += len(res.steps)
+        for step in res.steps:
+            for phase, sec in step.phase_s.items():
+                self.phase_s[phase] = self.phase_s.get(phase, 0.0) + sec
+
+    def summary(self) -> dict[str, Any]:
+        runs = max(1, len(self.latency))
+        return {
+            "latency_s": statistics.fmean(self.latency),
+            "ideal_latency_s": statistics.fmean(self.ideal),
+            "achieved": self.accepted / self.scored if self.scored else math.nan,
+            "steps_per_run": self.steps / runs,
+            "phase_s": {k: v / runs for k, v in sorted(self.phase_s.items())},
+            "per_step_s": {k: v / max(1, self.steps) for k, v in sorted(self.phase_s.items())},
+        }
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_specguard(
+    engine: Any, prompts: Sequence[str], config: SpecGuardConfig, device: str, seed: int
+) -> Runs:
+    """Run the engine on each prompt with `config` (seeded per prompt), timing each run."""
+    runs = Runs()
+    for i, prompt in enumerate(prompts):
+        t0 = time.perf_counter()
+        res = engine.generate(prompt, **config.merged(seed=seed + i).model_dump())
+        _sync(device)
+        runs.add(time.perf_counter() - t0, res)
+    return runs
+
+
+def baseline_latency(engine: Any, method: str, prompts: Sequence[str], new_tokens: int) -> float:
+    """Mean latency of greedy `generate` (`target` or `draft`) for exactly `new_tokens` tokens."""
+    times = []
+    for prompt in prompts:
+        out = run_method(
+            engine, method, [{"role": "user", "content": prompt}], max_new_tokens=new_tokens
+        )
+        if out.new_tokens != new_tokens:
+            raise RuntimeError(f"{method} produced {out.new_tokens} tokens, expected {new_tokens}")
+        times.append(out.latency_s)
+    return statistics.fmean(times)
+
+
+def step_scores(engine: Any, prompts: Sequence[str], config: SpecGuardConfig) -> list[float]:
+    """The draft's step scores with every step accepted (tau = -inf)."""
+    scores = []
+    for i, prompt in enumerate(prompts):
+        res = engine.generate(prompt, **config.merged(tau=-math.inf, seed=10_000 + i).model_dump())
+        scores += [s.score for s in res.steps if s.score is not None]
+    return scores
+
+
+def tau_for_rate(scores: Sequence[float], rate: float) -> float:
+    """The threshold that accepts a fraction `rate` of `scores` (accept iff score >= tau):
+    the (1 - rate) quantile; -inf for rate 1, +inf for rate 0."""
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError("rate must be in [0, 1]")
+    if rate >= 1.0:
+        return -math.inf
+    if rate <= 0.0 or not scores:
+        return math.inf
+    return float(np.quantile(np.asarray(scores, dtype=np.float64), 1.0 - rate, method="linear"))
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def build_engine(settings: SyntheticSettings) -> tuple[Any, SizeSpec, SpecGuardConfig, str]:
+    """The random pair as a SpecGuardEngine, the size spec, the base config and the device."""
+    from specguard_core import SpecGuardEngine
+
+    spec = SIZES[settings.size]
+    device = _device(settings.device)
+    dtype = getattr(torch, settings.dtype or spec.dtype)
+    tok = word_tokenizer(max(spec.draft.vocab_size, spec.target.vocab_size))
+    draft = random_model(spec.draft, tok, dtype, device, settings.seed + 1)
+    target = random_model(spec.target, tok, dtype, device, settings.seed + 2)
+    sets = dict(settings.sets)
+    step_tokens = int(sets.pop("max_step_tokens", spec.step_tokens))
+    steps = int(sets.pop("max_steps", spec.steps))
+    config = preset(
+        settings.preset,
+        step_delimiters=(NEVER_DELIMITER,),
+        max_step_tokens=step_tokens,
+        max_steps=steps,
+        max_new_tokens=step_tokens * steps,
+        **sets,
+    )
+    engine = SpecGuardEngine(
+        draft, tok, target, tok, config=config, name=f"synthetic-{settings.size}"
+    )
+    return engine, spec, config, device
+
+
+def _rate_rows(
+    engine: Any,
+    prompts: Sequence[str],
+    config: SpecGuardConfig,
+    scores: Sequence[float],
+    settings: SyntheticSettings,
+    device: str,
+    target_s: float,
+) -> list[dict[str, Any]]:
+    rows = []
+    for rate in settings.rates:
+        tau = tau_for_rate(scores, rate)
+        summ = run_specguard(
+            engine, prompts, config.merged(tau=tau), device, settings.seed
+        ).summary()
+        rows.append(
+            {
+                "requested": rate,
+                "tau": tau,
+                **summ,
+                "speedup_vs_target": target_s / summ["latency_s"],
+                "measured_over_ideal": summ["latency_s"] / summ["ideal_latency_s"]
+                if summ["ideal_latency_s"] > 0
+                else None,
+            }
+        )
+    return rows
+
+
+def _k_rows(
+    engine: Any,
+    prompts: Sequence[str],
+    config: SpecGuardConfig,
+    settings: SyntheticSettings,
+    device: str,
+) -> list[dict[str, Any]]:
+    rows = []
+    for k in settings.ks:
+        cfg = config.merged(k=k, tau=-math.inf)
+        rows.append(
+            {"k": k, **run_specguard(engine, prompts, cfg, device, settings.seed).summary()}
+        )
+    return rows
+
+
+def _capture_rows(
+    engine: Any,
+    prompts: Sequence[str],
+    config: SpecGuardConfig,
+    n_layers: int,
+    settings: SyntheticSettings,
+    device: str,
+) -> dict[str, Any]:
+    sweep = []
+    for layers in sorted({1, min(3, n_layers), n_layers}):
+        cfg = config.merged(grounding_layers=layers, tau=-math.inf)
+        summ = run_specguard(engine, prompts, cfg, device, settings.seed).summary()
+        sweep.append(
+            {
+                "grounding_layers": layers,
+                "propose_per_step_s": summ["per_step_s"].get("propose", 0.0),
+                "score_per_step_s": summ["per_step_s"].get("score", 0.0),
+            }
+        )
+    first, last = sweep[0], sweep[-1]
+    span = last["grounding_layers"] - first["grounding_layers"]
+    slope = (last["propose_per_step_s"] - first["propose_per_step_s"]) / span if span else None
+    return {
+        "separable": False,
+        "note": "the engine always captures the last `grounding_layers` layers while proposing "
+        "(no switch to turn capture off), so capture time is inside 'propose'; the slope "
+        "over grounding_layers is the marginal cost of one captured layer",
+        "layers_sweep": sweep,
+        "per_layer_per_step_s": slope,
+    }
+
+
+def run_synthetic(settings: SyntheticSettings) -> dict[str, Any]:
+    """Build the random pair, measure, write `synthetic.json/.md/.png` to `settings.out_dir`, and
+    return the report dict (see the module docstring for what is measured)."""
+    if settings.size not in SIZES:
+        raise ValueError(f"unknown size {settings.size!r}; choose one of {sorted(SIZES)}")
+    engine, spec, config, device = build_engine(settings)
+    new_tokens = config.max_new_tokens
+    vocab_words = min(spec.draft.vocab_size, spec.target.vocab_size) - len(SPECIAL_TOKENS)
+    prompts = synthetic_prompts(settings.n_prompts, spec.prompt_words, vocab_words, settings.seed)
+    calib = synthetic_prompts(
+        settings.calib_prompts, spec.prompt_words, vocab_words, settings.seed + 7919
+    )
+    stages = tqdm(total=6, desc="synthetic", unit="stage", disable=not settings.progress)
+    run_specguard(
+        engine,
+        prompts[:1],
+        config.merged(max_new_tokens=config.max_step_tokens),
+        device,
+        settings.seed,
+    )  # warm-up
+    target_s = baseline_latency(engine, "target", prompts, new_tokens)
+    draft_s = baseline_latency(engine, "draft", prompts, new_tokens)
+    stages.update(2)
+    bounds: NormBounds = engine.calibrate(calib, **config.model_dump())
+    config = config.merged(bounds=bounds)
+    scores = step_scores(engine, calib, config)
+    stages.update(1)
+    rates = _rate_rows(engine, prompts, config, scores, settings, device, target_s)
+    stages.update(1)
+    ks = _k_rows(engine, prompts, config, settings, device)
+    stages.update(1)
+    capture = _capture_rows(engine, prompts, config, spec.draft.num_hidden_layers, settings, device)
+    stages.update(1)
+    stages.close()
+    report = {
+        "size": settings.size,
+        "device": device,
+        "dtype": settings.dtype or spec.dtype,
+        "preset": settings.preset,
+        "k": config.k,
+        "fallback": config.fallback,
+        "draft_shape": asdict(spec.draft),
+        "target_shape": asdict(spec.target),
+        "draft_params": spec.draft.parameters(),
+        "target_params": spec.target.parameters(),
+        "step_tokens": config.max_step_tokens,
+        "steps": config.max_steps,
+        "new_tokens": new_tokens,
+        "prompt_words": spec.prompt_words,
+        "n_prompts": len(prompts),
+        "bounds": bounds.model_dump(),
+        "n_calibration_scores": len(scores),
+        "target_latency_s": target_s,
+        "draft_latency_s": draft_s,
+        "acceptance": rates,
+        "k_sweep": ks,
+        "capture": capture,
+        "config": config.model_dump(mode="json"),
+    }
+    write_synthetic(settings.out_dir, report)
+    return report
+
+
+def synthetic_markdown(report: Mapping[str, Any]) -> str:
+    """The report's tables as markdown."""
+    lines = [
+        f"# Synthetic timing ({report['size']}, {report['device']}, {report['dtype']})\n",
+        f"draft {report['draft_params'] / 1e6:.1f}M params, target "
+        f"{report['target_params'] / 1e6:.1f}M params; {report['steps']} steps x "
+        f"{report['step_tokens']} tokens; preset {report['preset']} (k={report['k']}, "
+        f"fallback {report['fallback']}); target only {report['target_latency_s']:.3f} s, "
+        f"draft only {report['draft_latency_s']:.3f} s per run.\n",
+        "| requested | achieved | tau | SpecGuard s | ideal s | vs target | measured/ideal |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in report["acceptance"]:
+        ratio = r["measured_over_ideal"]
+        lines.append(
+            f"| {r['requested']:.0%} | {r['achieved']:.0%} | {r['tau']:.3f} | "
+            f"{r['latency_s']:.3f} | {r['ideal_latency_s']:.3f} | {r['speedup_vs_target']:.2f}x | "
+            f"{'–' if ratio is None else f'{ratio:.2f}x'} |"
+        )
+    lines += [
+        "",
+        "| k | propose ms/step | select ms/step | score ms/step | s per run |",
+        "|---|---|---|---|---|",
+    ]
+    for r in report["k_sweep"]:
+        ps = r["per_step_s"]
+        lines.append(
+            f"| {r['k']} | {ps.get('propose', 0) * 1e3:.1f} | {ps.get('select', 0) * 1e3:.2f} | "
+            f"{ps.get('score', 0) * 1e3:.2f} | {r['latency_s']:.3f} |"
+        )
+    cap = report["capture"]
+    lines += [
+        "",
+        f"Grounding capture: {cap['note']}.",
+        "",
+        "| captured layers | propose ms/step | score ms/step |",
+        "|---|---|---|",
+    ]
+    for r in cap["layers_sweep"]:
+        lines.append(
+            f"| {r['grounding_layers']} | {r['propose_per_step_s'] * 1e3:.1f} | "
+            f"{r['score_per_step_s'] * 1e3:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_synthetic(out_dir: Path, report: Mapping[str, Any]) -> None:
+    """Write synthetic.json, synthetic.md and synthetic.png."""
+    from specguard_bench.plot import plot_synthetic
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "synthetic.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    (out_dir / "synthetic.md").write_text(synthetic_markdown(report))
+    plot_synthetic(report, out_dir / "synthetic.png")
