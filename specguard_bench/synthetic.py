@@ -181,7 +181,8 @@ def random_model(
         model = cast(Any, AutoModelForCausalLM).from_config(shape.config(eos, pad), dtype=dtype)
     model.generation_config.eos_token_id = eos
     model.generation_config.pad_token_id = pad
-    mask_logits(model, [int(tokenizer.convert_tokens_to_ids(t)) for t in SPECIAL_TOKENS])
+    vocab = tokenizer.get_vocab()
+    mask_logits(model, [vocab[t] for t in SPECIAL_TOKENS])
     return model.eval()
 
 
