@@ -7,6 +7,7 @@ next-token logits and the token counters), so one handle serves many requests.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,9 @@ class ModelHandle:
         text_cfg = model.config.get_text_config()
         self.context_window = int(getattr(text_cfg, "max_position_embeddings", 0) or 0)
         self.device = next(model.parameters()).device
+        # transformers >= 5.24 names the cache argument `cache`; earlier 5.x `past_key_values`
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
     def new_state(self) -> CacheState:
         return CacheState(cache=DynamicCache(config=self.model.config))
@@ -59,8 +63,10 @@ class ModelHandle:
                 hidden: bool = False, recorder: capture.AttentionRecorder | None = None) -> Forward:
         """Feed `input_ids: [b, q]` after what `state.cache` holds; counts prefilled/decoded tokens."""
         b, q = input_ids.shape
-        extra: dict[str, Any] = {"specguard_recorder": recorder} if recorder is not None else {}
-        out = self.model(input_ids=input_ids.to(self.device), past_key_values=state.cache,
+        extra: dict[str, Any] = {self._cache_arg: state.cache}
+        if recorder is not None:
+            extra["specguard_recorder"] = recorder
+        out = self.model(input_ids=input_ids.to(self.device),
                          use_cache=True, logits_to_keep=0 if all_logits else 1,
                          output_hidden_states=hidden, **extra)
         if q > 1:

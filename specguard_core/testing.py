@@ -119,11 +119,11 @@ class ScriptedLM(torch.nn.Module):
         rest = self.tokenizer(tail, add_special_tokens=False)["input_ids"]
         return int(rest[0]) if rest else self.eos
 
-    def forward(self, input_ids: torch.Tensor, past_key_values: DynamicCache | None = None,
+    def forward(self, input_ids: torch.Tensor, cache: DynamicCache | None = None,
                 logits_to_keep: int = 1, output_hidden_states: bool = False,
                 **kwargs: Any) -> CausalLMOutputWithPast:
         b, q = input_ids.shape
-        cache = past_key_values if past_key_values is not None else DynamicCache()
+        cache = cache if cache is not None else DynamicCache()
         as_kv = input_ids.float()[:, None, :, None]  # [b, 1, q, 1]
         for layer in range(self.config.num_hidden_layers):
             keys, _ = cache.update(as_kv, as_kv, layer)
@@ -143,7 +143,7 @@ class ScriptedLM(torch.nn.Module):
                 recorder.rows[layer] = rows
         hidden = torch.nn.functional.one_hot(input_ids % 16, 16).float() if output_hidden_states \
             else None
-        return CausalLMOutputWithPast(logits=logits, past_key_values=cache,
+        return CausalLMOutputWithPast(logits=logits,
                                       hidden_states=(hidden,) if hidden is not None else None)
 
 

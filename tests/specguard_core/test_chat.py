@@ -107,3 +107,18 @@ def test_tool_choice_forms() -> None:
                          tools) == "get_weather"
     with pytest.raises(InputError, match="not among the tools"):
         required_tool("nope", tools)
+
+
+def test_uses_the_tokenizers_response_parser_when_it_has_one() -> None:
+    class WithResponseTemplate:
+        response_template = {"declared": True}
+
+        def parse_response(self, text: str, prefix: str = "", tools: Any = None) -> dict[str, Any]:
+            assert prefix == "" and tools
+            return {"role": "assistant",
+                    "tool_calls": [{"type": "function", "function": {
+                        "name": "get_weather", "arguments": {"city": "Rome"}}}]}
+
+    call = parse_tool_call("[TOOL_CALLS]get_weather[ARGS]{...}", check_tools([WEATHER]),
+                           WithResponseTemplate())
+    assert call.valid and call.arguments == {"city": "Rome"}
