@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from math_verify import parse, verify  # type: ignore[import-untyped]
+from math_verify import parse, verify
 
 
 @dataclass(frozen=True)

@@ -233,7 +233,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         sets = parse_sets(args.sets)
         (_synthetic if args.synthetic else _bench)(args, sets)
-    except (ValueError, ResumeMismatch, FileNotFoundError) as err:
+    except (ValueError, ResumeMismatch, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
@@ -263,7 +263,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 progress=not args.no_progress,
             )
         )
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(json.dumps(bounds.model_dump(), indent=2))

@@ -144,12 +144,20 @@ def pending_pairs(
 # --------------------------------------------------------------------------- running
 
 
-def load_engine(draft: str, target: str, device: str, dtype: str, progress: bool) -> Any:
+def base_config(sets: Mapping[str, Any]) -> SpecGuardConfig:
+    """The engine's construction-time config: defaults plus the unscoped `--set` overrides (so
+    e.g. `heterogeneous=true` reaches the engine's constructor)."""
+    return SpecGuardConfig().merged(**{k: v for k, v in sets.items() if "." not in k})
+
+
+def load_engine(
+    draft: str, target: str, device: str, dtype: str, progress: bool, sets: Mapping[str, Any]
+) -> Any:
     """SpecGuardEngine.from_pretrained for the pair (cached registry names resolve offline)."""
     from specguard_core import SpecGuardEngine
 
     return SpecGuardEngine.from_pretrained(
-        draft, target, device=device, dtype=dtype, progress=progress
+        draft, target, device=device, dtype=dtype, progress=progress, config=base_config(sets)
     )
 
 
@@ -320,7 +328,12 @@ def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
     pairs = pending_pairs(problems, methods, done)
     if pairs:
         engine = engine or load_engine(
-            settings.draft, settings.target, settings.device, settings.dtype, settings.progress
+            settings.draft,
+            settings.target,
+            settings.device,
+            settings.dtype,
+            settings.progress,
+            settings.sets,
         )
         if settings.warmup:
             warm_up(engine, sorted({m for _, m in pairs}), settings)
@@ -328,7 +341,7 @@ def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
             append_row(results, run_pair(engine, problem, method, settings, bounds))
     wanted = {p.uid for p in problems}
     rows = [r for r in load_rows(results) if r.uid in wanted and r.method in methods]
-    base = engine.config if engine is not None else SpecGuardConfig()
+    base = engine.config if engine is not None else base_config(settings.sets)
     env = environment(engine) if engine is not None else _previous_environment(out_dir)
     summary = build_summary(rows, settings, bounds, base, env)
     write_reports(out_dir, summary)
@@ -365,7 +378,12 @@ def run_calibrate(settings: CalibrateSettings, engine: Any = None) -> NormBounds
     to `settings.out` (NormBounds.save). Only the draft runs (every step is accepted)."""
     problems = load_problems(settings.dataset, settings.n, settings.offset)
     engine = engine or load_engine(
-        settings.draft, settings.target, settings.device, settings.dtype, settings.progress
+        settings.draft,
+        settings.target,
+        settings.device,
+        settings.dtype,
+        settings.progress,
+        settings.sets,
     )
     config = specguard_config(
         engine.config,

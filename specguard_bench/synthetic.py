@@ -161,10 +161,10 @@ def word_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
 def mask_logits(model: Any, token_ids: Sequence[int]) -> None:
     """Make `token_ids` impossible to generate: a forward hook on `lm_head` sets their logits to
     -1e4 (so runs never stop early at end-of-sequence)."""
-    ids = torch.tensor(sorted(token_ids))
+    ids = torch.tensor(sorted(token_ids), device=model.device)
 
     def hook(_module: Any, _inputs: Any, output: torch.Tensor) -> torch.Tensor:
-        output[..., ids.to(output.device)] = -1e4
+        output[..., ids] = -1e4
         return output
 
     model.get_output_embeddings().register_forward_hook(hook)

@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from specguard_core.config import SpecGuardConfig, preset as make_preset
+from specguard_core.config import SpecGuardConfig
+from specguard_core.config import preset as make_preset
 
 
 def _looks_local(ref: str) -> bool:
@@ -32,7 +33,8 @@ def _dtype(dtype: str | torch.dtype) -> torch.dtype | str:
         return dtype
     if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
         raise ValueError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
-    return getattr(torch, str(dtype))  # type: ignore[no-any-return]
+    resolved: torch.dtype = getattr(torch, str(dtype))
+    return resolved
 
 
 def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "auto",
@@ -55,7 +57,7 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
         print(f"loading {ref} ...", file=sys.stderr, flush=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(
+        model: Any = AutoModelForCausalLM.from_pretrained(
             folder, dtype=_dtype(dtype), device_map=device_map, **kwargs)
     except OSError as err:
         raise OSError(f"could not load model {ref!r}: {err}\nOffline? Fetch the default pair "

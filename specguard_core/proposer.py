@@ -53,14 +53,30 @@ class Candidate:
 
 
 def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
-                  generator: torch.Generator) -> torch.Tensor:
-    """`[k, V] -> [k]`: greedy when temperature is 0, else nucleus sampling."""
+                  generator: torch.Generator, shortlist: int = 1024) -> torch.Tensor:
+    """`[k, V] -> [k]`: greedy when temperature is 0, else nucleus (top-p) sampling.
+
+    Sorting a 150k vocabulary costs more than a small model's decode step on a CPU, so the nucleus
+    is taken from the `shortlist` most likely tokens, with their exact probabilities; rows whose
+    shortlist holds less than `top_p` of the mass fall back to the full sort (same distribution).
+    """
     if temperature == 0:
         return logits.argmax(dim=-1)
-    probs = torch.softmax(logits / temperature, dim=-1)
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    sorted_p[(sorted_p.cumsum(dim=-1) - sorted_p) > top_p] = 0.0
-    pick = torch.multinomial(sorted_p, 1, generator=generator)  # [k, 1]
+    scaled = logits / temperature
+    if shortlist < scaled.shape[-1]:
+        values, order = scaled.topk(shortlist, dim=-1)  # [k, K], sorted descending
+        probs = (values - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
+        if bool((probs.sum(dim=-1) >= top_p).all()):
+            return _nucleus(probs, order, top_p, generator)
+    probs, order = torch.softmax(scaled, dim=-1).sort(dim=-1, descending=True)
+    return _nucleus(probs, order, top_p, generator)
+
+
+def _nucleus(sorted_p: torch.Tensor, order: torch.Tensor, top_p: float,
+             generator: torch.Generator) -> torch.Tensor:
+    # keep tokens whose preceding mass is within top_p (the smallest prefix reaching top_p)
+    kept = sorted_p.masked_fill((sorted_p.cumsum(dim=-1) - sorted_p) > top_p, 0.0)
+    pick = torch.multinomial(kept, 1, generator=generator)  # [k, 1]
     return order.gather(-1, pick).squeeze(-1)
 
 

@@ -25,7 +25,7 @@ class StepRules:
     @classmethod
     def for_tokenizer(cls, tokenizer: object, delimiters: tuple[str, ...]) -> StepRules:
         """Hermes/Qwen `<tool_call>` markers when the tokenizer's vocabulary or template declares them."""
-        vocab = getattr(tokenizer, "get_vocab", dict)()
+        vocab: dict[str, int] = getattr(tokenizer, "get_vocab", dict)()
         template = str(getattr(tokenizer, "chat_template", "") or "")
         if "<tool_call>" in vocab or "<tool_call>" in template:
             return cls(delimiters=delimiters)

@@ -5,10 +5,11 @@ Translation only (every algorithmic decision lives in `specguard_core`):
 - LlamaIndex `ChatMessage`s become OpenAI-style message dicts (text blocks, `ToolCallBlock`s or the
   legacy `additional_kwargs["tool_calls"]`, `role="tool"` results with their `tool_call_id`);
   tools become OpenAI tool dicts through LlamaIndex's own `to_openai_tool`.
-- Each committed `StepRecord` becomes one streamed `ChatResponse`: `delta` (answer text of the step),
-  the accumulated message (`ThinkingBlock` for `<think>` reasoning, `TextBlock`, `ToolCallBlock`s),
-  `additional_kwargs["thinking_delta"]`, the step's trace in `additional_kwargs["specguard_step"]`
-  and the running token usage in `raw["usage"]` (which `TokenCountingHandler` reads).
+- Each committed `StepRecord` becomes one streamed `ChatResponse`: `delta` (the step's answer
+  text), the accumulated message (`ThinkingBlock` for `<think>` reasoning, `TextBlock`,
+  `ToolCallBlock`s), `additional_kwargs["thinking_delta"]`, the step's trace in
+  `additional_kwargs["specguard_step"]` and the running token usage in `raw["usage"]` (which
+  `TokenCountingHandler` reads).
 - A finished call carries the whole trace (steps, stats, finish reason) in
   `additional_kwargs["specguard"]`. When a stream is exhausted its last chunk is completed in place
   (message, `raw`, trace) so that it equals what `chat()` returns for the same request.
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -255,7 +256,7 @@ async def _astream_responses(stream: GenerationStream, turn: _Turn) -> ChatRespo
         _complete(last, final)
 
 
-async def _asteps(stream: GenerationStream) -> AsyncIterator[StepRecord]:
+async def _asteps(stream: GenerationStream) -> AsyncGenerator[StepRecord, None]:
     """The stream's steps, produced by a worker thread (one per request, so requests waiting for
     the engine never starve the default executor). Closing this generator stops the engine."""
     loop = asyncio.get_running_loop()
@@ -324,7 +325,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         self._engine = engine
         if engine is None and not (self.draft and self.target):
             raise ValueError("SpecGuardLLM needs engine=SpecGuardEngine(...) or draft= and target=")
-        SpecGuardConfig().merged(**self._defaults())  # bad option names or values fail here
+        SpecGuardConfig.model_validate(self._defaults())  # bad option names or values fail here
 
     @classmethod
     def class_name(cls) -> str:
@@ -341,7 +342,7 @@ class SpecGuardLLM(FunctionCallingLLM):
                     self._engine = SpecGuardEngine.from_pretrained(
                         str(self.draft), str(self.target), device=self.device, dtype=self.dtype,
                         preset=self.preset)
-        return self._engine  # type: ignore[no-any-return]
+        return self._engine
 
     @property
     def metadata(self) -> LLMMetadata:
