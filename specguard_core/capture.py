@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from transformers import AttentionInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 NAME = "specguard_sdpa"
@@ -62,8 +63,11 @@ def specguard_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tens
 
 
 def install(model: Any) -> None:
-    """Register the capture function (idempotent) and switch `model` to it."""
+    """Register the capture function and SDPA's mask builder under our name (idempotent), and
+    switch `model` to it. Without the mask entry, transformers has no mask for a multi-token pass
+    after a non-empty cache and SDPA's `is_causal` misaligns it (catch-up prefills go wrong)."""
     AttentionInterface.register(NAME, specguard_sdpa)
+    AttentionMaskInterface.register(NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
     model.set_attn_implementation(NAME)
 
 
