@@ -92,9 +92,15 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
         help="SpecGuardConfig override for the SpecGuard methods, repeatable "
         "(k=4, tau=0.6; fast.k=4 for one preset)",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=700)
+    parser.add_argument("--max-new-tokens", type=int, default=700, help="default %(default)s")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op CPU threads (default: torch's choice; 1 can be faster on a busy box)",
+    )
 
 
 def add_bench_parser(
@@ -226,10 +232,18 @@ def _synthetic(args: argparse.Namespace, sets: dict[str, Any]) -> None:
     print(f"report in {args.out}/ (synthetic.json, synthetic.md, synthetic.png)")
 
 
+def _set_threads(threads: int | None) -> None:
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(max(1, threads))
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Handler of `bench`: 0 on success, 2 on bad options or a mismatched resume directory."""
     from specguard_bench.harness import ResumeMismatch
 
+    _set_threads(args.threads)
     try:
         sets = parse_sets(args.sets)
         (_synthetic if args.synthetic else _bench)(args, sets)
@@ -243,6 +257,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """Handler of `calibrate`: writes the bounds JSON and prints it."""
     from specguard_bench.harness import CalibrateSettings, run_calibrate
 
+    _set_threads(args.threads)
     try:
         bounds = run_calibrate(
             CalibrateSettings(

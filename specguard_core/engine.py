@@ -177,8 +177,7 @@ class SpecGuardEngine:
         with self._lock:
             req.started = time.perf_counter()
             with _timed(req.stats.phase_time_s, "prefill"):
-                self.draft.catch_up(req.draft)
-                self.target.catch_up(req.target)
+                self.draft.catch_up(req.draft)  # the target prefills when it is first needed
             yield from self._steps(req)
             holder["result"] = req.result(self.model_name)
 

