@@ -103,11 +103,20 @@ def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str,
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
 def _parse_hermes(text: str) -> dict[str, Any]:
+    """A Hermes `<tool_call>{json}</tool_call>` block, or a bare/fenced JSON call."""
     m = _HERMES.search(text)
-    if not m:
+    body = text.strip()
+    if m:
+        body = m.group(1)
+    elif fenced := _FENCE.match(body):
+        body = fenced.group(1)
+    elif not body.startswith("{"):
         raise ValueError("no <tool_call> block")
-    data = json.loads(m.group(1))
+    data = json.loads(body, strict=False)
     if not isinstance(data, dict) or "name" not in data:
         raise ValueError('a tool call must be a JSON object with "name" and "arguments"')
     args = data.get("arguments", data.get("parameters", {}))

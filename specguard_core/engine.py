@@ -50,8 +50,9 @@ class GenerationStream(Iterator[StepRecord]):
     `close()` (or leaving a `with` block) stops generation and frees the engine."""
 
     def __init__(self, steps: Iterator[StepRecord], holder: dict[str, GenerationResult],
-                 cancel: threading.Event) -> None:
+                 cancel: threading.Event, prompt_tokens: int) -> None:
         self._steps, self._holder, self._cancel = steps, holder, cancel
+        self.prompt_tokens = prompt_tokens  # the target's prompt length, known before any step
 
     def __next__(self) -> StepRecord:
         return next(self._steps)
@@ -143,7 +144,8 @@ class SpecGuardEngine:
         prompts = [self._prompt(h, messages, checked) for h in (self.draft, self.target)]
         req = Request(
             cfg=cfg, tools=checked, required=required,
-            rules=StepRules.for_tokenizer(self.target.tokenizer, cfg.step_delimiters),
+            rules=StepRules.for_tokenizer(self.target.tokenizer, cfg.step_delimiters)
+            .with_tools(bool(checked)),
             draft=self.draft.new_state(), target=self.target.new_state(),
             generator=torch.Generator(self.draft.device).manual_seed(cfg.seed),
             prompt_tokens=len(prompts[1]), context_window=self.context_window,
@@ -151,7 +153,7 @@ class SpecGuardEngine:
         )
         req.draft.pending, req.target.pending = prompts
         holder: dict[str, GenerationResult] = {}
-        return GenerationStream(self._session(req, holder), holder, req.cancel)
+        return GenerationStream(self._session(req, holder), holder, req.cancel, req.prompt_tokens)
 
     def calibrate(self, prompts: Sequence[str | Sequence[Message]], low_q: float = 1.0,
                   high_q: float = 99.0, path: str | None = None, **overrides: Any) -> NormBounds:

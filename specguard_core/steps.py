@@ -7,7 +7,9 @@ tool-call block `<tool_call>...</tool_call>` is always exactly one step, whateve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import re
+from dataclasses import dataclass, replace
 
 from specguard_core.types import StepKind
 
@@ -21,6 +23,10 @@ class StepRules:
     tool_close: str | None = "</tool_call>"
     think_open: str = "<think>"
     think_close: str = "</think>"
+    bare_calls: bool = False  # tools are offered: a step that is one `{"name": ...}` JSON is a call
+
+    def with_tools(self, offered: bool) -> StepRules:
+        return replace(self, bare_calls=offered)
 
     @classmethod
     def for_tokenizer(cls, tokenizer: object, delimiters: tuple[str, ...]) -> StepRules:
@@ -37,11 +43,36 @@ def _first(text: str, markers: tuple[str, ...], start: int = 0) -> tuple[int, st
     return min(hits) if hits else None
 
 
+_BARE = re.compile(r'(```(?:json)?\s*)?\{\s*"name"\s*:')
+
+
+def _bare_call_end(text: str, lead: int) -> int | None:
+    """End of a bare (optionally ```json-fenced) JSON call starting at `lead`, None while open."""
+    m = _BARE.match(text, lead)
+    assert m is not None
+    start = lead + len(m.group(1) or "")
+    try:
+        _, end = json.JSONDecoder(strict=False).raw_decode(text, start)
+    except ValueError:
+        return None
+    if not m.group(1):
+        return end
+    close = text.find("```", end)
+    return None if close < 0 else close + 3
+
+
+def is_bare_call(text: str) -> bool:
+    body = text.strip()
+    return bool(_BARE.match(body)) and _bare_call_end(body, 0) == len(body)
+
+
 def step_end(text: str, rules: StepRules) -> int | None:
     """Character index where the first step of `text` ends, or None while it is still open.
 
     - A step that starts (after whitespace) with a tool-call opener ends right after its closer; the
       delimiter inside it does not count.
+    - With `bare_calls`, a step that starts with `{"name":` (optionally in a ```json fence) is a
+      tool call written without markers, as small models often do; it ends where its JSON ends.
     - Otherwise a step ends after its first delimiter or `</think>`, or just *before* an opener
       (`<tool_call>`, `<think>`) that follows some prose, so blocks are never merged with prose.
     The returned index is always > 0, so repeated splitting makes progress.
@@ -51,6 +82,8 @@ def step_end(text: str, rules: StepRules) -> int | None:
     if rules.tool_open and rules.tool_close and body.startswith(rules.tool_open):
         close = text.find(rules.tool_close, lead + len(rules.tool_open))
         return None if close < 0 else close + len(rules.tool_close)
+    if rules.bare_calls and _BARE.match(text, lead):
+        return _bare_call_end(text, lead)
     if body.startswith(rules.think_open):
         lead += len(rules.think_open)  # the opener itself begins this step
     ends = _first(text, rules.delimiters + (rules.think_close,), lead)
@@ -79,6 +112,8 @@ def step_kind(text: str, in_think: bool, rules: StepRules) -> tuple[StepKind, bo
     """(kind of this step, whether a `<think>` section is still open after it)."""
     body = text.strip()
     if rules.tool_open and body.startswith(rules.tool_open) and not in_think:
+        return "tool_call", False
+    if rules.bare_calls and not in_think and is_bare_call(body):
         return "tool_call", False
     if body.startswith(rules.think_open):
         in_think = True

@@ -94,3 +94,15 @@ def test_unconfident_draft_steps_go_to_the_target() -> None:
     assert all(s.source == "target" for s in result.steps)
     assert all(s.confidence is not None and s.confidence < -3 for s in result.steps)
     assert result.text == "Step one.\n\nStep two."
+
+
+def test_bare_and_fenced_json_calls_are_verified_tool_calls() -> None:
+    bare = '{"name": "get_weather", "arguments": {"town": "Paris"}}'  # schema-invalid
+    fenced = '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'
+    engine = scripted_engine(lambda p: fenced, lambda p: bare)
+    result = engine.generate("Weather in Paris?", tools=[WEATHER])
+    step = result.steps[0]
+    assert step.kind == "tool_call" and step.source == "target"
+    assert "'city' is a required property" in (step.rejected_reason or "")
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert result.text == ""

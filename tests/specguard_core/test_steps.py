@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from specguard_core.steps import StepRules, segment, step_end, step_kind
 
 RULES = StepRules()
+BARE = RULES.with_tools(True)
 pieces = st.sampled_from(["\n\n", "\n", " ", "a", "Step 1.", "<think>", "</think>", "<tool_call>",
-                          "</tool_call>", "{", "}", '"', "x\n\ny"])
+                          "</tool_call>", "{", "}", '"', "x\n\ny", '{"name": ', "```json\n", "```"])
 texts = st.lists(pieces, max_size=30).map("".join) | st.text(max_size=80)
 
 
@@ -20,10 +21,22 @@ def tool_block(payload: str) -> str:
     return f'<tool_call>\n{{"name": "f", "arguments": {args}}}\n</tool_call>'
 
 
-@given(texts)
+@given(texts, st.sampled_from([RULES, BARE]))
 @settings(max_examples=400, deadline=None)
-def test_segment_then_join_is_identity(text: str) -> None:
-    assert "".join(segment(text, RULES)) == text
+def test_segment_then_join_is_identity(text: str, rules: StepRules) -> None:
+    assert "".join(segment(text, rules)) == text
+
+
+def test_bare_json_calls_are_whole_steps_when_tools_are_offered() -> None:
+    one = '{"name": "a", "arguments": {"x": "p\n\nq"}}'
+    two = '```json\n{"name": "b", "arguments": {}}\n```'
+    text = one + "\n" + two + "\n\nDone."
+    steps = segment(text, BARE)
+    assert steps == [one, "\n" + two, "\n\nDone."]
+    assert [step_kind(s, False, BARE)[0] for s in steps] == ["tool_call", "tool_call", "answer"]
+    # without tools offered, JSON is prose: the delimiter inside it splits it
+    assert segment(text, RULES)[0] == '{"name": "a", "arguments": {"x": "p\n\n'
+    assert step_kind(one, False, RULES)[0] == "answer"
 
 
 @given(st.text(max_size=40), st.text(alphabet=st.sampled_from("ab \n\n{}\""), max_size=30),
