@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
     from specguard_core.engine import GenerationStream, SpecGuardEngine
 
-__all__ = ["SpecGuardLLM", "to_engine_messages", "tool_selections"]
+__all__ = ["SpecGuardLLM", "to_engine_messages", "tool_selections", "trace"]
 
 EngineMessage = dict[str, Any]
 _ROLES = {"chatbot": "assistant", "model": "assistant", "function": "tool"}
@@ -161,11 +161,19 @@ def tool_selections(message: ChatMessage) -> list[ToolSelection]:
 
 # ---- engine output -> LlamaIndex responses -----------------------------------------------------
 def _message(content: str, thinking: str, calls: Sequence[ToolCall]) -> ChatMessage:
+    """The assistant message; tool calls as `ToolCallBlock`s and, as OpenAI's adapter also does,
+    in `additional_kwargs["tool_calls"]` (read by LlamaIndex's streaming structured output)."""
     blocks: list[Any] = [ThinkingBlock(content=thinking)] if thinking else []
     blocks.append(TextBlock(text=content))
     blocks += [ToolCallBlock(tool_call_id=c.id, tool_name=c.name, tool_kwargs=c.arguments)
                for c in calls]
-    return ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks)
+    legacy = {"tool_calls": [_legacy_dict(c) for c in calls]} if calls else {}
+    return ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks, additional_kwargs=legacy)
+
+
+def _legacy_dict(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -475,12 +483,14 @@ class SpecGuardLLM(FunctionCallingLLM):
         **kwargs: Any,
     ) -> ChatResponse:
         """Keep only the first tool call unless parallel calls are allowed."""
-        if not allow_parallel_tool_calls:
-            blocks = response.message.blocks
-            calls = [b for b in blocks if isinstance(b, ToolCallBlock)]
-            if len(calls) > 1:
-                response.message.blocks = [b for b in blocks if not isinstance(b, ToolCallBlock)]
-                response.message.blocks.append(calls[0])
+        message = response.message
+        calls = [b for b in message.blocks if isinstance(b, ToolCallBlock)]
+        if not allow_parallel_tool_calls and len(calls) > 1:
+            message.blocks = [b for b in message.blocks if not isinstance(b, ToolCallBlock)]
+            message.blocks.append(calls[0])
+            legacy = message.additional_kwargs.get("tool_calls")
+            if legacy:
+                message.additional_kwargs["tool_calls"] = legacy[:1]
         return response
 
     def get_tool_calls_from_response(
