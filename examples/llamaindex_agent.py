@@ -6,11 +6,12 @@ Runs offline with the default pair cached by `specguard models fetch` (Qwen2.5-C
 1.5B target). Each tool call is one SpecGuard step: the draft proposes it, and a call that does not
 parse, names an unknown tool or breaks the tool's schema is rewritten by the target.
 
-The small Coder pair tends to write a tool call as bare JSON instead of inside the `<tool_call>`
-tags its chat template asks for, and bare JSON reads as an answer. So the agent's first turn must
-call a tool (`initial_tool_choice`, `--first-tool-choice`): the engine then rejects a draft step
-that is not a tool call and has the target write it, opening the `<tool_call>` block itself.
-With a larger pair, pass `--first-tool-choice auto`.
+The small Coder pair often writes a tool call as bare JSON (or in a ```json fence) instead of
+inside the `<tool_call>` tags its chat template asks for; the engine treats such a step as a tool
+call too (when tools are offered) and verifies it the same way. The agent's first turn is still
+asked to call a tool (`initial_tool_choice`, `--first-tool-choice`), so a draft step that is not a
+tool call is rejected and the target opens the `<tool_call>` block itself. With a larger pair,
+pass `--first-tool-choice auto`.
 """
 
 from __future__ import annotations
