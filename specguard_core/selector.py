@@ -42,6 +42,11 @@ class Selector:
         return torch.stack([c.embedding for c in candidates if c.embedding is not None])
 
     def select(self, candidates: list[Candidate]) -> int:
-        if len(candidates) == 1:
-            return 0
-        return soft_medoid(self.embed(candidates))
+        """Index of the soft medoid. With hidden states, a candidate that ended at its first token
+        (EOS, nothing fed) has no embedding and takes part only when no candidate has one."""
+        pool = list(range(len(candidates)))
+        if self.mode == "hidden":
+            pool = [i for i in pool if candidates[i].embedding is not None] or [0]
+        if len(pool) == 1:
+            return pool[0]
+        return pool[soft_medoid(self.embed([candidates[i] for i in pool]))]

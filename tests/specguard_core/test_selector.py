@@ -22,8 +22,15 @@ def test_hidden_selector_picks_the_soft_medoid() -> None:
 
 
 def test_hidden_selector_needs_embeddings() -> None:
-    with pytest.raises(ValueError, match="no hidden-state embedding"):
-        Selector("hidden").select([Candidate(text="a"), Candidate(text="b")])
+    with pytest.raises(ValueError, match="carry no hidden-state embedding"):
+        Selector("hidden").embed([Candidate(text="a"), Candidate(text="b")])
+
+
+def test_candidates_that_fed_nothing() -> None:
+    # every candidate ended at its first token (EOS): nothing to compare, take the first
+    assert Selector("hidden").select([Candidate(token_ids=[2]), Candidate(token_ids=[2])]) == 0
+    cands = [Candidate(token_ids=[2])] + candidates([[1.0, 0.0], [0.9, 0.1], [0.8, 0.2]])
+    assert Selector("hidden").select(cands) == 2  # the medoid of those with hidden states
 
 
 def test_sentence_transformer_selector_embeds_texts(monkeypatch: pytest.MonkeyPatch) -> None:
