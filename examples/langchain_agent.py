@@ -19,9 +19,11 @@ from langchain.agents.middleware import ModelRequest, ModelResponse, wrap_model_
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
+from specguard_core import NormBounds
 from specguard_integrations import ChatSpecGuard
 
 MODELS = Path.home() / ".cache" / "specguard" / "models" / "hf"
+BOUNDS = Path(__file__).resolve().parents[1] / "benchmarks" / "bounds-qwen2.5-coder-0.5b.json"
 DRAFT = MODELS / "qwen2.5-coder-0.5b-instruct-bfloat16"
 TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-bfloat16"
 QUESTION = "A box holds 17 pens. How many pens are in 23 boxes? Use a tool to compute it."
@@ -44,10 +46,9 @@ def add(a: int, b: int) -> int:
 @wrap_model_call
 def call_then_answer(request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
                      ) -> ModelResponse:
-    """Small models need a nudge: require a tool call until one has been made, then require the
-    answer. Coder models this small often write a call as bare JSON text instead of a
-    `<tool_call>` block; with a call required, SpecGuard's verifier rejects such a step and the
-    target regenerates it as a proper tool call. Bigger targets can drop this middleware."""
+    """Small models need a nudge: ask for a tool call first, and for the answer once a tool
+    result is in (a 0.5B draft otherwise tends to keep calling tools, as bare JSON). Bigger
+    targets can drop this middleware."""
     called = any(isinstance(m, ToolMessage) for m in request.messages)
     return handler(request.override(tool_choice="none" if called else "any"))
 
@@ -74,33 +75,21 @@ def show(message: BaseMessage) -> None:
         print(f"{message.type.capitalize()}: {message.content}")
 
 
-def register_attention_mask() -> None:
-    """Workaround for an engine bug (reported; remove once specguard_core.capture does this):
-    the core registers its `specguard_sdpa` attention function with transformers but no mask
-    function for it, so transformers builds no causal mask and a multi-token catch-up over a
-    filled KV cache (committed draft steps, forced tool-call prefixes) attends wrongly."""
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionMaskInterface.register("specguard_sdpa", sdpa_mask)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draft", default=str(DRAFT))
     parser.add_argument("--target", default=str(TARGET))
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--device", default="auto")
-    # Strict: with the default (uncalibrated) normaliser bounds this 0.5B draft scores 0.93-0.97
-    # even on off-task steps (e.g. JSON instead of an answer); calibrated bounds (`specguard
-    # calibrate`, passed as model_kwargs={"bounds": ...}) make a lower threshold discriminate.
-    parser.add_argument("--tau", type=float, default=0.97, help="acceptance threshold")
+    parser.add_argument("--bounds", default=str(BOUNDS) if BOUNDS.is_file() else None,
+                        help="normaliser bounds from `specguard calibrate` (default: the pair's)")
+    parser.add_argument("--tau", type=float, default=None, help="acceptance threshold")
     args = parser.parse_args()
-    register_attention_mask()
 
-    # k=1: with k>1 the engine's selector fails on a step whose candidates all end at their
-    # first token (e.g. end-of-turn right after a tool call); reported, to be fixed in the core
+    bounds = {"bounds": NormBounds.load(args.bounds)} if args.bounds else {}
     model = ChatSpecGuard(model=args.target, draft_model=args.draft, device=args.device,
-                          temperature=0, max_tokens=args.max_tokens, k=1, tau=args.tau)
+                          preset="fast", max_tokens=args.max_tokens, tau=args.tau,
+                          model_kwargs=bounds)
     agent = create_agent(model, tools=[multiply, add], middleware=[call_then_answer],
                          system_prompt=SYSTEM)
     show(HumanMessage(QUESTION))

@@ -23,9 +23,11 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda
 
+from specguard_core import NormBounds
 from specguard_integrations import ChatSpecGuard
 
 MODELS = Path.home() / ".cache" / "specguard" / "models" / "hf"
+BOUNDS = Path(__file__).resolve().parents[1] / "benchmarks" / "bounds-qwen2.5-coder-0.5b.json"
 DRAFT = MODELS / "qwen2.5-coder-0.5b-instruct-bfloat16"
 TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-bfloat16"
 PROBLEM = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
@@ -58,30 +60,21 @@ class StepPrinter(BaseCallbackHandler):
         self.finish_reason = meta.get("finish_reason", self.finish_reason)
 
 
-def register_attention_mask() -> None:
-    """Workaround for an engine bug (reported; remove once specguard_core.capture does this):
-    the core registers its `specguard_sdpa` attention function with transformers but no mask
-    function for it, so transformers builds no causal mask and a multi-token catch-up over a
-    filled KV cache (committed draft steps, forced tool-call prefixes) attends wrongly."""
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionMaskInterface.register("specguard_sdpa", sdpa_mask)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draft", default=str(DRAFT))
     parser.add_argument("--target", default=str(TARGET))
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--tau", type=float, default=0.6, help="acceptance threshold")
+    parser.add_argument("--bounds", default=str(BOUNDS) if BOUNDS.is_file() else None,
+                        help="normaliser bounds from `specguard calibrate` (default: the pair's)")
+    parser.add_argument("--tau", type=float, default=None, help="acceptance threshold")
     args = parser.parse_args()
-    register_attention_mask()
 
-    # k=1: with k>1 the engine's selector fails on a step whose candidates all end at their
-    # first token (e.g. end-of-turn right after a tool call); reported, to be fixed in the core
+    bounds = {"bounds": NormBounds.load(args.bounds)} if args.bounds else {}
     model = ChatSpecGuard(model=args.target, draft_model=args.draft, device=args.device,
-                          temperature=0, max_tokens=args.max_tokens, k=1, tau=args.tau)
+                          preset="fast", max_tokens=args.max_tokens, tau=args.tau,
+                          model_kwargs=bounds)
     prompt = ChatPromptTemplate.from_messages([
         ("system", "You are a math tutor. Keep answers under 80 words."),
         ("human", "{problem}\n\nWork it out in short paragraphs, then write 'The answer is' "
