@@ -55,7 +55,13 @@ class GenerationStream(Iterator[StepRecord]):
         self.prompt_tokens = prompt_tokens  # the target's prompt length, known before any step
 
     def __next__(self) -> StepRecord:
-        return next(self._steps)
+        if self._cancel.is_set():
+            self.close()
+            raise StopIteration
+        step = next(self._steps)
+        if self._cancel.is_set():  # closed from another thread while this step was running:
+            self.close()  # finish the generator here so it releases the engine's lock
+        return step
 
     def __enter__(self) -> GenerationStream:
         return self

@@ -200,3 +200,23 @@ def test_bad_config_values() -> None:
         from specguard_core import preset
 
         preset("slow")
+
+
+def test_close_from_another_thread_releases_the_engine(engine: SpecGuardEngine) -> None:
+    import threading
+
+    stream = engine.stream(QUESTION)
+    first = threading.Event()
+
+    def consume() -> None:
+        for _ in stream:
+            first.set()
+
+    worker = threading.Thread(target=consume)
+    worker.start()
+    first.wait(timeout=30)
+    stream.close()  # another thread may be inside next() right now
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert engine._lock.acquire(timeout=5)
+    engine._lock.release()

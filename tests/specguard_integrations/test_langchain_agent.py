@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
+from specguard_core import NormBounds
 from specguard_integrations.langchain import ChatSpecGuard
 from tests.specguard_integrations.test_langchain_scripted import (
     HAVE_REAL,
@@ -70,20 +72,31 @@ def test_agent_uses_a_tool_to_answer(build: Callable[[ChatSpecGuard], Any]) -> N
     assert trace[0]["source"] == "target"  # the draft's call was rejected and regenerated
 
 
+BOUNDS = Path(__file__).resolve().parents[2] / "benchmarks" / "bounds-qwen2.5-coder-0.5b.json"
+SYSTEM = ("Use the tools for arithmetic. Once you have the tool's result, reply to the user in one "
+          "plain English sentence that states the number. Never reply with JSON.")
+
+
 @pytest.mark.real
 @pytest.mark.skipif(not HAVE_REAL, reason=REAL_REASON)
 def test_agent_on_the_real_pair() -> None:
+    """The settings of examples/langchain_agent.py: preset "fast", the pair's calibrated bounds,
+    a stricter tau, and a middleware that asks for a call first and for the answer after it."""
     from langchain.agents import create_agent
     from langchain.agents.middleware import wrap_model_call
 
     @wrap_model_call
-    def call_then_answer(request: Any, handler: Any) -> Any:  # see examples/langchain_agent.py
+    def call_then_answer(request: Any, handler: Any) -> Any:
         called = any(isinstance(m, ToolMessage) for m in request.messages)
         return handler(request.override(tool_choice="none" if called else "any"))
 
-    model = ChatSpecGuard(engine=real_engine(), temperature=0, max_tokens=128, k=1, tau=0.97)
-    agent = create_agent(model, tools=[add, get_weather], middleware=[call_then_answer])
-    messages = _run(agent, "What is 1234 + 4321? Use the add tool.")
+    bounds = {"bounds": NormBounds.load(BOUNDS)} if BOUNDS.is_file() else {}
+    model = ChatSpecGuard(engine=real_engine(), preset="fast", tau=0.8, max_tokens=128,
+                          model_kwargs=bounds)
+    agent = create_agent(model, tools=[add, get_weather], middleware=[call_then_answer],
+                         system_prompt=SYSTEM)
+    messages = _run(agent, "A shop has 1234 red pens and 4321 blue pens. How many pens does it "
+                           "have? Use a tool to compute it.")
     calls = [c for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
     assert [(c["name"], c["args"]) for c in calls] == [("add", {"a": 1234, "b": 4321})]
     assert any(isinstance(m, ToolMessage) and m.content == "5555" for m in messages)
