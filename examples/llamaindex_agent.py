@@ -34,12 +34,10 @@ from llama_index.core.agent.workflow import (  # noqa: E402
     ToolCallResult,
 )
 from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler  # noqa: E402
-from llama_index.core.instrumentation.events import BaseEvent  # noqa: E402
-from llama_index.core.instrumentation.events.llm import LLMChatEndEvent  # noqa: E402
 
 from specguard_core import SpecGuardEngine  # noqa: E402
 from specguard_integrations import SpecGuardLLM  # noqa: E402
+from specguard_integrations.llama_index_trace import SpecGuardTraceHandler  # noqa: E402
 
 MODELS = Path.home() / ".cache" / "specguard" / "models" / "hf"
 STOCK = {"apples": 120, "pears": 45, "plums": 0}
@@ -59,22 +57,6 @@ def unit_price(fruit: str) -> float:
 def multiply(a: float, b: float) -> float:
     """Multiply two numbers."""
     return a * b
-
-
-class TraceCollector(BaseEventHandler):
-    """Keeps the SpecGuard trace of each finished LLM call (LlamaIndex instrumentation)."""
-
-    traces: list[dict[str, Any]] = []
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "TraceCollector"
-
-    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
-        if isinstance(event, LLMChatEndEvent) and event.response is not None:
-            trace = event.response.additional_kwargs.get("specguard")
-            if trace:
-                self.traces.append({**trace, "usage": (event.response.raw or {}).get("usage")})
 
 
 def print_traces(traces: list[dict[str, Any]]) -> None:
@@ -124,7 +106,7 @@ def main() -> None:
                                              dtype=args.dtype, preset=args.preset)
     llm = SpecGuardLLM(engine=engine, max_new_tokens=args.max_new_tokens)
     print(f"loaded {llm.metadata.model_name} in {time.perf_counter() - t0:.1f} s")
-    collector = TraceCollector()
+    collector = SpecGuardTraceHandler()
     get_dispatcher().add_event_handler(collector)
 
     agent = FunctionAgent(

@@ -25,12 +25,10 @@ from llama_index.core.base.response.schema import StreamingResponse  # noqa: E40
 from llama_index.core.bridge.pydantic import PrivateAttr  # noqa: E402
 from llama_index.core.embeddings import BaseEmbedding  # noqa: E402
 from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler  # noqa: E402
-from llama_index.core.instrumentation.events import BaseEvent  # noqa: E402
-from llama_index.core.instrumentation.events.llm import LLMChatEndEvent  # noqa: E402
 
 from specguard_core import SpecGuardEngine  # noqa: E402
 from specguard_integrations import SpecGuardLLM  # noqa: E402
+from specguard_integrations.llama_index_trace import SpecGuardTraceHandler  # noqa: E402
 
 MODELS = Path.home() / ".cache" / "specguard" / "models" / "hf"
 DOCS = [
@@ -81,22 +79,6 @@ def embedding() -> BaseEmbedding:
     return MiniLMEmbedding(get_model_path())
 
 
-class TraceCollector(BaseEventHandler):
-    """Keeps the SpecGuard trace of each finished LLM call (LlamaIndex instrumentation)."""
-
-    traces: list[dict[str, Any]] = []
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "TraceCollector"
-
-    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
-        if isinstance(event, LLMChatEndEvent) and event.response is not None:
-            trace = event.response.additional_kwargs.get("specguard")
-            if trace:
-                self.traces.append({**trace, "usage": (event.response.raw or {}).get("usage")})
-
-
 def print_trace(trace: dict[str, Any]) -> None:
     print(f"\n--- SpecGuard trace ({trace['model']}, finish: {trace['finish_reason']}) ---")
     print(f"{'#':>2}  {'source':6}  {'kind':9}  {'score':>5}  {'tokens':>6}  {'time s':>6}  text")
@@ -129,7 +111,7 @@ def main() -> None:
     llm = SpecGuardLLM(engine=engine, max_new_tokens=args.max_new_tokens)
     index = VectorStoreIndex.from_documents([Document(text=d) for d in DOCS],
                                             embed_model=embedding())
-    collector = TraceCollector()
+    collector = SpecGuardTraceHandler()
     get_dispatcher().add_event_handler(collector)
     meta = llm.metadata
     print(f"loaded {meta.model_name} in {time.perf_counter() - t0:.1f} s "

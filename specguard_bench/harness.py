@@ -29,7 +29,7 @@ from specguard_bench.answers import grade
 from specguard_bench.data import Problem, load_problems, messages_for
 from specguard_bench.methods import METHODS, check_methods, preset_of, run_method, specguard_config
 from specguard_bench.metrics import ProblemRow, markdown_table, specguard_fields, summarize
-from specguard_core.config import NormBounds, SpecGuardConfig
+from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig
 from specguard_core.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 RESULTS, RUN, SUMMARY, TABLE, PLOT = (
@@ -68,9 +68,11 @@ class BenchSettings:
     progress: bool = True
 
     def fingerprint(self, bounds: NormBounds | None) -> dict[str, Any]:
-        """The settings that change a (problem, method) result; resuming requires equality."""
+        """The settings that change a (problem, method) result; resuming requires equality.
+        The built-in preset values are part of it, so a run is never resumed across a preset change."""
         return {
             "seed": self.seed,
+            "presets": {name: dict(sorted(values.items())) for name, values in sorted(PRESETS.items())},
             "sets": dict(sorted(self.sets.items())),
             "max_new_tokens": self.max_new_tokens,
             "draft": self.draft,
@@ -327,14 +329,7 @@ def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
     done = {(r.uid, r.method) for r in load_rows(results)}
     pairs = pending_pairs(problems, methods, done)
     if pairs:
-        engine = engine or load_engine(
-            settings.draft,
-            settings.target,
-            settings.device,
-            settings.dtype,
-            settings.progress,
-            settings.sets,
-        )
+        engine = engine or _load(settings)
         if settings.warmup:
             warm_up(engine, sorted({m for _, m in pairs}), settings)
         for problem, method in _iterate(pairs, settings.progress):
@@ -346,6 +341,13 @@ def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
     summary = build_summary(rows, settings, bounds, base, env)
     write_reports(out_dir, summary)
     return summary
+
+
+def _load(settings: BenchSettings | CalibrateSettings) -> Any:
+    """The engine that `settings` name (models, device, dtype, config overrides)."""
+    return load_engine(
+        settings.draft, settings.target, settings.device, settings.dtype, settings.progress, settings.sets
+    )
 
 
 # --------------------------------------------------------------------------- calibration
@@ -377,14 +379,7 @@ def run_calibrate(settings: CalibrateSettings, engine: Any = None) -> NormBounds
     """Fit the normaliser bounds with `engine.calibrate` on the selected problems and save them
     to `settings.out` (NormBounds.save). Only the draft runs (every step is accepted)."""
     problems = load_problems(settings.dataset, settings.n, settings.offset)
-    engine = engine or load_engine(
-        settings.draft,
-        settings.target,
-        settings.device,
-        settings.dtype,
-        settings.progress,
-        settings.sets,
-    )
+    engine = engine or _load(settings)
     config = specguard_config(
         engine.config,
         f"specguard-{settings.preset}",

@@ -65,6 +65,7 @@ class ProblemRow:
     prefilled_target: int | None = None
     phase_s: dict[str, float] = field(default_factory=dict)
     ideal_latency_s: float | None = None
+    step_trace: list[dict[str, Any]] | None = None  # one `step_entry` per committed step
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -74,6 +75,16 @@ class ProblemRow:
         """Inverse of `to_dict`; unknown keys are ignored (rows written by newer versions)."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def step_entry(step: StepRecord) -> dict[str, Any]:
+    """One committed step as stored in `ProblemRow.step_trace`: who wrote it, its scores, timings."""
+    return dict(
+        index=step.index, source=step.source, kind=step.kind, accepted=step.accepted,
+        score=step.score, confidence=step.confidence, grounding=step.grounding,
+        tokens=len(step.token_ids), n_candidates=step.n_candidates, latency_s=step.latency_s,
+        phase_s=dict(step.phase_s), rejected_reason=step.rejected_reason, text=step.text,
+    )
 
 
 def specguard_fields(result: GenerationResult) -> dict[str, Any]:
@@ -91,7 +102,26 @@ def specguard_fields(result: GenerationResult) -> dict[str, Any]:
         prefilled_target=stats.target.prefilled,
         phase_s=dict(stats.phase_time_s),
         ideal_latency_s=ideal_latency(steps),
+        step_trace=[step_entry(s) for s in steps],
     )
+
+
+def acceptance_by_step(rows: Iterable[ProblemRow]) -> list[list[int]] | None:
+    """`[accepted, scored]` draft steps per step index over the rows' step traces (index 0 is each
+    run's first step); None when no row has a trace (baselines, rows of older versions)."""
+    traces = [r.step_trace for r in rows if r.step_trace is not None]
+    if not traces:
+        return None
+    counts: list[list[int]] = []
+    for trace in traces:
+        for step in trace:
+            if step["score"] is None:
+                continue
+            while len(counts) <= step["index"]:
+                counts.append([0, 0])
+            counts[step["index"]][0] += bool(step["accepted"])
+            counts[step["index"]][1] += 1
+    return counts
 
 
 @dataclass
@@ -115,6 +145,7 @@ class MethodSummary:
     prefilled_draft_mean: float | None
     prefilled_target_mean: float | None
     measured_over_ideal: float | None
+    acceptance_by_step: list[list[int]] | None = None  # [accepted, scored] per step index
     speedup_vs_target: float | None = None
     speedup_vs_token_sd: float | None = None
 
@@ -181,6 +212,7 @@ def summarize_method(method: str, rows: Sequence[ProblemRow]) -> MethodSummary:
         prefilled_draft_mean=_mean_opt(r.prefilled_draft for r in rows),
         prefilled_target_mean=_mean_opt(r.prefilled_target for r in rows),
         measured_over_ideal=_ratio(total_lat, ideal) if ideal is not None else None,
+        acceptance_by_step=acceptance_by_step(rows),
     )
 
 

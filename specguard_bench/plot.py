@@ -21,47 +21,45 @@ def _pyplot() -> Any:
 
 
 def plot_bench(summary: Mapping[str, Any], path: Path) -> None:
-    """Two panels per method: accuracy (with counts) and median latency per problem (with the
-    speed-up against `target`), written to `path`."""
+    """Left: accuracy against median latency per problem, one labelled point per method (with its
+    count and speed-up against `target`). Right: the SpecGuard methods' step acceptance rate by
+    step index (point size: how many steps were scored at that index). Written to `path`."""
     plt = _pyplot()
     methods: Mapping[str, Mapping[str, Any]] = summary["methods"]
-    names = list(methods)
-    fig, (ax_acc, ax_lat) = plt.subplots(1, 2, figsize=(11, 4.2))
-    colors = ["#4c72b0" if not n.startswith("specguard") else "#dd8452" for n in names]
-    acc = [methods[n]["accuracy"] * 100 for n in names]
-    bars = ax_acc.bar(names, acc, color=colors)
-    for bar, n in zip(bars, names, strict=True):
-        m = methods[n]
-        ax_acc.annotate(
-            f"{m['n_correct']}/{m['n']}",
-            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-            ha="center",
-            va="bottom",
-            fontsize=8,
-        )
+    fig, (ax_acc, ax_step) = plt.subplots(1, 2, figsize=(11, 4.2))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {n: palette[i % len(palette)] for i, n in enumerate(methods)}
+    markers = "osD^vP*X"
+    for i, (name, m) in enumerate(methods.items()):
+        sp = m.get("speedup_vs_target")
+        label = f"{name}: {m['n_correct']}/{m['n']}" + (f", {sp:.2f}x" if sp is not None else "")
+        ax_acc.scatter([m["latency_median_s"]], [m["accuracy"] * 100], color=colors[name], s=50,
+                       marker=markers[i % len(markers)], label=label, alpha=0.85, zorder=3)
+    ax_acc.set_xlabel("median latency per problem (s)")
     ax_acc.set_ylabel("accuracy (%)")
-    ax_acc.set_ylim(0, max([*acc, 1.0]) * 1.2)
-    lat = [methods[n]["latency_median_s"] for n in names]
-    bars = ax_lat.bar(names, lat, color=colors)
-    for bar, n in zip(bars, names, strict=True):
-        sp = methods[n].get("speedup_vs_target")
-        label = f"{sp:.2f}x" if sp is not None else ""
-        ax_lat.annotate(
-            label,
-            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-            ha="center",
-            va="bottom",
-            fontsize=8,
-        )
-    ax_lat.set_ylabel("median latency per problem (s)")
-    ax_lat.set_title("labels: speed-up vs target", fontsize=9)
+    ax_acc.set_ylim(0, 105)
+    ax_acc.set_xlim(left=0, right=max([m["latency_median_s"] for m in methods.values()] + [1]) * 1.1)
+    ax_acc.set_title("accuracy vs latency (legend: correct, speed-up vs target)", fontsize=9)
+    ax_acc.legend(fontsize=8, loc="lower right")
+    for name, m in methods.items():
+        counts = m.get("acceptance_by_step") or []
+        points = [(i, a / n, n) for i, (a, n) in enumerate(counts) if n]
+        if points:
+            xs, ys, ns = zip(*points, strict=True)
+            ax_step.plot(xs, [v * 100 for v in ys], color=colors[name], label=name, alpha=0.8)
+            ax_step.scatter(xs, [v * 100 for v in ys], s=[8 + 4 * n for n in ns], color=colors[name])
+    ax_step.set_xlabel("step index")
+    ax_step.xaxis.get_major_locator().set_params(integer=True)
+    ax_step.set_ylabel("draft steps accepted (%)")
+    ax_step.set_ylim(-5, 105)
+    ax_step.set_title("acceptance by step index (point size: steps scored)", fontsize=9)
+    if ax_step.lines:
+        ax_step.legend(fontsize=8)
     s = summary.get("settings", {})
     fig.suptitle(
         f"{s.get('dataset', '')} n={summary.get('n_problems', '')}: "
         f"{Path(str(s.get('draft', ''))).name} -> {Path(str(s.get('target', ''))).name}"
     )
-    for ax in (ax_acc, ax_lat):
-        ax.tick_params(axis="x", labelrotation=20, labelsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

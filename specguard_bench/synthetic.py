@@ -6,9 +6,9 @@ What it measures (one report, `synthetic.json` / `synthetic.md` / `synthetic.png
 - SpecGuard latency at forced acceptance rates (default 50/70/90%), against target-only and
   against the ideal (`metrics.ideal_latency`), with the acceptance actually achieved;
 - the per-step cost of k (default 1/4/16 candidates) with every step accepted;
-- the cost of attention capture for grounding: the engine has no switch to turn capture off, so
-  it is not separable from "propose"; the report gives propose time per step for 1, 3 and all
-  captured layers (`grounding_layers`), whose slope is the marginal cost per captured layer.
+- the cost of attention capture for grounding: propose time per step with capture off (`beta=1`,
+  where grounding has no weight and the engine captures nothing) and with 1, 3 and all layers
+  captured (`grounding_layers`).
 
 How the runs are made comparable:
 
@@ -369,9 +369,12 @@ def _capture_rows(
     settings: SyntheticSettings,
     device: str,
 ) -> dict[str, Any]:
+    """Propose time per step, every step accepted, with capture off (`beta=1`: grounding has no
+    weight, so no attention is captured) and with the last 1, 3 and all layers captured."""
     sweep = []
-    for layers in sorted({1, min(3, n_layers), n_layers}):
-        cfg = config.merged(grounding_layers=layers, tau=-math.inf)
+    for layers in [0, *sorted({1, min(3, n_layers), n_layers})]:
+        change = {"beta": 1.0} if layers == 0 else {"grounding_layers": layers}
+        cfg = config.merged(tau=-math.inf, **change)
         summ = run_specguard(engine, prompts, cfg, device, settings.seed).summary()
         sweep.append(
             {
@@ -380,16 +383,13 @@ def _capture_rows(
                 "score_per_step_s": summ["per_step_s"].get("score", 0.0),
             }
         )
-    first, last = sweep[0], sweep[-1]
-    span = last["grounding_layers"] - first["grounding_layers"]
-    slope = (last["propose_per_step_s"] - first["propose_per_step_s"]) / span if span else None
+    off = sweep[0]["propose_per_step_s"]
+    used = min(config.grounding_layers, n_layers)
+    on = next(r["propose_per_step_s"] for r in sweep if r["grounding_layers"] == used)
     return {
-        "separable": False,
-        "note": "the engine always captures the last `grounding_layers` layers while proposing "
-        "(no switch to turn capture off), so capture time is inside 'propose'; the slope "
-        "over grounding_layers is the marginal cost of one captured layer",
         "layers_sweep": sweep,
-        "per_layer_per_step_s": slope,
+        "default_layers": used,
+        "capture_share_of_propose": (on - off) / on if on > 0 else None,
     }
 
 
@@ -487,16 +487,19 @@ def synthetic_markdown(report: Mapping[str, Any]) -> str:
             f"{ps.get('score', 0) * 1e3:.2f} | {r['latency_s']:.3f} |"
         )
     cap = report["capture"]
+    share = cap["capture_share_of_propose"]
     lines += [
         "",
-        f"Grounding capture: {cap['note']}.",
+        "Grounding capture: propose time per step with capture off (beta=1, 0 layers) and with the "
+        f"last layers captured; at the default {cap['default_layers']} layers capture is "
+        f"{'–' if share is None else f'{share:.0%}'} of propose time.",
         "",
         "| captured layers | propose ms/step | score ms/step |",
         "|---|---|---|",
     ]
     for r in cap["layers_sweep"]:
         lines.append(
-            f"| {r['grounding_layers']} | {r['propose_per_step_s'] * 1e3:.1f} | "
+            f"| {r['grounding_layers'] or 'off'} | {r['propose_per_step_s'] * 1e3:.1f} | "
             f"{r['score_per_step_s'] * 1e3:.2f} |"
         )
     return "\n".join(lines) + "\n"

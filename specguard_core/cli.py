@@ -47,7 +47,8 @@ def _print_step(console: Any, step: StepRecord) -> None:
     color = "green" if step.source == "draft" else "magenta"
     label = "draft kept " if step.source == "draft" else "target regen"
     scores = "" if step.score is None else (
-        f"l={step.confidence:.2f} g={step.grounding:.3f} r={step.score:.2f}")
+        f"l={step.confidence:.2f} g={'-' if step.grounding is None else f'{step.grounding:.3f}'} "
+        f"r={step.score:.2f}")
     head = f"[{color}]#{step.index:<2} {label}[/] [dim]{step.kind:9s} {scores} " \
         f"{step.latency_s:5.1f}s[/]"
     console.print(head, highlight=False)

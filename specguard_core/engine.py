@@ -168,11 +168,14 @@ class SpecGuardEngine:
         conf, ground = [], []
         for prompt in prompts:
             for step in self.generate(prompt, **{**overrides, "tau": -math.inf}).steps:
-                if step.confidence is not None and step.grounding is not None:
+                if step.confidence is not None:
                     conf.append(step.confidence)
+                if step.grounding is not None:
                     ground.append(step.grounding)
         c_lo, c_hi = percentile_bounds(conf, low_q, high_q)
-        g_lo, g_hi = percentile_bounds(ground, low_q, high_q)
+        default = NormBounds()  # beta == 1: no grounding was computed, its bounds do not matter
+        g_lo, g_hi = (percentile_bounds(ground, low_q, high_q) if ground
+                      else (default.grounding_min, default.grounding_max))
         bounds = NormBounds(confidence_min=c_lo, confidence_max=c_hi, grounding_min=g_lo,
                             grounding_max=g_hi)
         if path:
@@ -192,7 +195,7 @@ class SpecGuardEngine:
     def _steps(self, req: Request) -> Iterator[StepRecord]:
         cfg = req.cfg
         selector = self._selector(cfg)
-        layers = capture.last_layers(self.draft.model, cfg.grounding_layers)
+        layers = self._capture_layers(self.draft, cfg)
         while req.finish is None and not req.cancel.is_set():
             phases: dict[str, float] = {}
             with _timed(phases, "catch_up"):
@@ -220,7 +223,7 @@ class SpecGuardEngine:
                                         self.target.tokenizer)
         if req.cfg.scoring_model == "target":
             self.target.catch_up(req.target)
-            layers = capture.last_layers(self.target.model, req.cfg.grounding_layers)
+            layers = self._capture_layers(self.target, req.cfg)
             n0 = len(req.target.ids)
             scores = target_scores(self.target, req.target, self._fed(cand), layers, req.cfg)
             verdict = verify(scores, req.cfg, reason, call)
@@ -228,6 +231,12 @@ class SpecGuardEngine:
                 self.target.rollback(req.target, n0)
             return verdict
         return verify(draft_scores(cand, req.cfg), req.cfg, reason, call)
+
+    @staticmethod
+    def _capture_layers(handle: ModelHandle, cfg: SpecGuardConfig) -> frozenset[int] | None:
+        """Layers whose attention rows feed grounding; None (no capture) when beta == 1 gives
+        grounding no weight, which is also how to measure what capture costs."""
+        return capture.last_layers(handle.model, cfg.grounding_layers) if cfg.beta < 1 else None
 
     def _accept(self, req: Request, cand: Candidate, pick: int, k: int, verdict: Verdict) -> Step:
         fed = self._fed(cand)

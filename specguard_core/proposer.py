@@ -143,7 +143,7 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
             break
     for i, c in enumerate(cands):
         c.end = c.end or "budget"
-        c.step_rows = rows[i, :, : c.n_fed, : c.n_fed]
+        c.step_rows = rows[i, :, : c.n_fed, : c.n_fed] if n_layers else None
         if emb_sum is not None:
             c.embedding = emb_sum[i] / max(1, c.n_fed)
     return cands

@@ -16,7 +16,7 @@ import torch
 from specguard_core.chat import parse_tool_call
 from specguard_core.config import SpecGuardConfig
 from specguard_core.handle import CacheState
-from specguard_core.steps import StepRules, step_kind, strip_markers
+from specguard_core.steps import StepRules, call_closed, step_kind, strip_markers
 from specguard_core.types import (
     FinishReason,
     GenerationResult,
@@ -111,6 +111,8 @@ class Request:
         raw = self.raw_text()
         if step.eos:
             self.finish = "stop"
+        elif self.steps[-1].kind == "tool_call" and not call_closed(step.text, self.rules):
+            self.finish = "stop"  # a call without its closer: what follows would be made-up results
         elif any(stop in raw for stop in self.cfg.stop):
             self.finish = "stop"
         elif self.n_new >= self.cfg.max_new_tokens or self.budget(self.target) == 0:

@@ -61,6 +61,27 @@ def _bare_call_end(text: str, lead: int) -> int | None:
     return None if close < 0 else close + 3
 
 
+def _tool_block_end(text: str, start: int, close: str) -> int | None:
+    """End of a tool-call block whose body starts at `start`: after its closer; or, when the model
+    forgot the closer, right after the block's complete JSON once anything but the closer follows it
+    (small models write a valid call and go on with prose). None while the block is open."""
+    at = text.find(close, start)
+    if at >= 0:
+        return at + len(close)
+    body = len(text) - len(text[start:].lstrip())
+    try:
+        _, end = json.JSONDecoder(strict=False).raw_decode(text, body)
+    except ValueError:
+        return None
+    rest = text[end:].lstrip()
+    return None if close.startswith(rest) else end
+
+
+def call_closed(text: str, rules: StepRules) -> bool:
+    """Whether a tool-call step carries its closer (bare JSON calls and forgotten closers do not)."""
+    return bool(rules.tool_close) and str(rules.tool_close) in text
+
+
 def is_bare_call(text: str) -> bool:
     body = text.strip()
     return bool(_BARE.match(body)) and _bare_call_end(body, 0) == len(body)
@@ -70,7 +91,8 @@ def step_end(text: str, rules: StepRules) -> int | None:
     """Character index where the first step of `text` ends, or None while it is still open.
 
     - A step that starts (after whitespace) with a tool-call opener ends right after its closer; the
-      delimiter inside it does not count.
+      delimiter inside it does not count. If its JSON is complete and something other than the closer
+      follows, it ends with the JSON (a forgotten closer).
     - With `bare_calls`, a step that starts with `{"name":` (optionally in a ```json fence) is a
       tool call written without markers, as small models often do; it ends where its JSON ends.
     - Otherwise a step ends after its first delimiter or `</think>`, or just *before* an opener
@@ -80,8 +102,7 @@ def step_end(text: str, rules: StepRules) -> int | None:
     body = text.lstrip()
     lead = len(text) - len(body)
     if rules.tool_open and rules.tool_close and body.startswith(rules.tool_open):
-        close = text.find(rules.tool_close, lead + len(rules.tool_open))
-        return None if close < 0 else close + len(rules.tool_close)
+        return _tool_block_end(text, lead + len(rules.tool_open), rules.tool_close)
     if rules.bare_calls and _BARE.match(text, lead):
         return _bare_call_end(text, lead)
     if body.startswith(rules.think_open):

@@ -36,7 +36,8 @@ class StepRecord:
     """One committed step, emitted by `engine.stream` as soon as it is committed.
 
     `confidence`, `grounding` and `score` are the draft's signals for the *proposed* draft step
-    (None when no draft step was scored, e.g. a forced tool-call step). `accepted` says whether that
+    (None when no draft step was scored, e.g. a forced tool-call step; `grounding` is also None when
+    `beta == 1`, where it has no weight and attention is not captured). `accepted` says whether that
     draft step was kept; when it is False, `source` is "target" and `text` is the target's step.
     """
 

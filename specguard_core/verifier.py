@@ -20,7 +20,7 @@ from specguard_core.types import StepKind, ToolCall
 @dataclass(frozen=True)
 class Scores:
     confidence: float
-    grounding: float
+    grounding: float | None  # None: not computed (beta == 1, no attention captured)
 
 
 @dataclass(frozen=True)
@@ -33,33 +33,41 @@ class Verdict:
 
 
 def draft_scores(cand: Candidate, cfg: SpecGuardConfig) -> Scores:
-    """Signals from what the draft computed while it generated the step (no extra pass)."""
-    rows = cand.step_rows if cand.step_rows is not None else torch.zeros(0, 0, 0)
+    """Signals from what the draft computed while it generated the step (no extra pass); grounding
+    is None when no attention rows were captured."""
+    rows = cand.step_rows
     return Scores(signals.confidence(torch.tensor(cand.logprobs)),
-                  signals.grounding(rows, cfg.rollout_residual))
+                  None if rows is None else signals.grounding(rows, cfg.rollout_residual))
 
 
 def target_scores(target: ModelHandle, state: CacheState, step_ids: list[int],
-                  layers: frozenset[int], cfg: SpecGuardConfig) -> Scores:
-    """Signals from the target, teacher-forcing the step: one catch-up pass with capture. The step
-    is then committed in `state`; the caller rolls it back if the step is rejected."""
+                  layers: frozenset[int] | None, cfg: SpecGuardConfig) -> Scores:
+    """Signals from the target, teacher-forcing the step: one catch-up pass, with capture unless
+    `layers` is None. The step is then committed in `state`; the caller rolls it back if the step
+    is rejected."""
     n0 = len(state.ids)
     first = target.next_logits(state)  # [V] predicts step_ids[0]
-    recorder = AttentionRecorder(layers)
+    recorder = AttentionRecorder(layers) if layers else None
     out = target.extend(state, step_ids, all_logits=True, recorder=recorder)
     if out is None:
-        return Scores(0.0, 1.0)
+        return Scores(0.0, 1.0 if recorder else None)
     logits = torch.cat([first[None], out.logits[0, :-1]])  # [T, V] predicting each step token
     logps = torch.log_softmax(logits, -1).gather(-1, torch.tensor(step_ids)[:, None])[:, 0]
+    if recorder is None:
+        return Scores(signals.confidence(logps), None)
     att = signals.sparsify_rows(recorder.stacked()[0], cfg.sparsify_threshold)  # [L, T, n]
     return Scores(signals.confidence(logps), signals.grounding(att[:, :, n0:], cfg.rollout_residual))
 
 
 def decide(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, bool]:
-    """r = beta * l~ + (1 - beta) * g~ with min-max bounds; accept iff r >= tau."""
+    """r = beta * l~ + (1 - beta) * g~ with min-max bounds; accept iff r >= tau. Grounding may be
+    missing only when beta == 1 (its weight is 0)."""
     b = cfg.bounds
     conf = signals.min_max(scores.confidence, b.confidence_min, b.confidence_max)
-    ground = signals.min_max(scores.grounding, b.grounding_min, b.grounding_max)
+    if scores.grounding is None and cfg.beta < 1:
+        raise ValueError("grounding was not computed but beta < 1 gives it weight")
+    ground = 0.0 if scores.grounding is None else signals.min_max(
+        scores.grounding, b.grounding_min, b.grounding_max)
     score = signals.ensemble(conf, ground, cfg.beta)
     return score, signals.accept(score, cfg.tau)
 

@@ -84,6 +84,11 @@ def test_bench_and_calibrate_end_to_end(bench_pair_dirs: tuple[Path, Path], tmp_
             assert r.steps and r.ideal_latency_s is not None
             assert 0 < r.ideal_latency_s < r.latency_s
             assert r.prefilled_draft is not None and r.prefilled_draft >= r.prompt_tokens
+            assert r.step_trace is not None and len(r.step_trace) == r.steps
+            assert sum(s["source"] == "target" for s in r.step_trace) == r.target_steps
+            assert sum(s["tokens"] for s in r.step_trace) == r.new_tokens
+        else:
+            assert r.step_trace is None
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary["methods"]) == list(METHODS)
     assert summary["bounds"]["path"] == str(bounds) and summary["bounds"]["calibrated"]
@@ -91,6 +96,10 @@ def test_bench_and_calibrate_end_to_end(bench_pair_dirs: tuple[Path, Path], tmp_
     assert summary["configs"]["specguard-paper"]["k"] == 3
     assert summary["configs"]["specguard-fast"]["max_step_tokens"] == 6
     assert summary["methods"]["target"]["speedup_vs_target"] == pytest.approx(1.0)
+    by_step = summary["methods"]["specguard-fast"]["acceptance_by_step"]
+    fast = [r for r in rows if r.method == "specguard-fast"]
+    assert sum(n for _, n in by_step) == sum(r.scored_steps or 0 for r in fast)
+    assert summary["methods"]["target"]["acceptance_by_step"] is None
     assert "| specguard-fast |" in (out / "results.md").read_text()
     assert (out / "results.png").stat().st_size > 0
 
@@ -128,5 +137,6 @@ def test_synthetic_mode(tmp_path: Path) -> None:
     full = report["acceptance"][1]
     assert full["requested"] == 1.0 and full["tau"] == -math.inf and full["achieved"] == 1.0
     assert 0.0 <= report["acceptance"][0]["achieved"] <= 1.0
-    assert report["capture"]["separable"] is False
+    sweep = report["capture"]["layers_sweep"]
+    assert sweep[0]["grounding_layers"] == 0 and len(sweep) >= 2  # capture off, then on
     assert report["target_latency_s"] > 0 and (tmp_path / "synthetic.png").stat().st_size > 0

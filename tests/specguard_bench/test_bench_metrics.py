@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from specguard_bench.data import Problem
 from specguard_bench.harness import (
     RESULTS,
+    BenchSettings,
     ResumeMismatch,
     append_row,
     check_resume,
@@ -19,11 +21,14 @@ from specguard_bench.harness import (
 )
 from specguard_bench.metrics import (
     ProblemRow,
+    acceptance_by_step,
     ideal_latency,
     markdown_table,
     speedup,
+    step_entry,
     summarize,
 )
+from specguard_core.config import PRESETS
 from specguard_core.types import StepRecord
 
 
@@ -173,3 +178,29 @@ def test_check_resume_refuses_other_settings(tmp_path: Path) -> None:
     check_resume(tmp_path, {"max_new_tokens": 10, "sets": {}})  # same settings: fine
     with pytest.raises(ResumeMismatch, match="max_new_tokens"):
         check_resume(tmp_path, {"max_new_tokens": 20, "sets": {}})
+
+
+def test_a_preset_change_refuses_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = BenchSettings(out_dir=tmp_path)
+    check_resume(tmp_path, settings.fingerprint(None))
+    (tmp_path / RESULTS).write_text("")
+    changed = {**PRESETS, "fast": {**PRESETS["fast"], "tau": 0.5}}
+    monkeypatch.setattr("specguard_bench.harness.PRESETS", changed)
+    with pytest.raises(ResumeMismatch, match="presets"):
+        check_resume(tmp_path, settings.fingerprint(None))
+
+
+def test_acceptance_by_step_counts_scored_steps_per_index() -> None:
+    first = [step(0, True), step(1, False), step(2, True)]
+    second = [step(0, False), step(1, True)]
+    forced = replace(step(0, False), score=None)  # a forced target step is not scored
+    rows = [row("gsm8k/0", "specguard-fast", 1.0, step_trace=[step_entry(s) for s in first]),
+            row("gsm8k/1", "specguard-fast", 1.0, step_trace=[step_entry(s) for s in second]),
+            row("gsm8k/2", "specguard-fast", 1.0, step_trace=[step_entry(forced)]),
+            row("gsm8k/3", "specguard-fast", 1.0)]  # an older row without a trace
+    assert acceptance_by_step(rows) == [[1, 2], [1, 2], [1, 1]]
+    assert acceptance_by_step(rows[3:]) is None
+    summary = summarize(rows, ["specguard-fast"])["specguard-fast"]
+    assert summary.acceptance_by_step == [[1, 2], [1, 2], [1, 1]]
+    entry = step_entry(first[1])
+    assert entry["source"] == "target" and entry["tokens"] == 2 and entry["phase_s"] == {}

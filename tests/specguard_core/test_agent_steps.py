@@ -106,3 +106,12 @@ def test_bare_and_fenced_json_calls_are_verified_tool_calls() -> None:
     assert "'city' is a required property" in (step.rejected_reason or "")
     assert [(c.name, c.arguments) for c in result.tool_calls] == [("get_weather", {"city": "Paris"})]
     assert result.text == ""
+
+
+def test_a_call_without_its_closer_ends_the_turn_before_the_prose() -> None:
+    unclosed = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    engine = scripted_engine(lambda p: unclosed + "\nIt will be sunny, I guess.")
+    result = engine.generate("Weather in Paris?", tools=[WEATHER])
+    assert [c.arguments for c in result.tool_calls] == [{"city": "Paris"}]
+    assert result.finish_reason == "tool_calls"
+    assert "sunny" not in "".join(s.text for s in result.steps)

@@ -157,6 +157,35 @@ def test_calibrate_fits_and_saves_bounds(engine: SpecGuardEngine, tmp_path: Path
     assert NormBounds.load(tmp_path / "b.json") == bounds
 
 
+def test_beta_one_skips_attention_capture(engine: SpecGuardEngine,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from specguard_core import proposer, verifier
+
+    made: list[object] = []
+    real = proposer.AttentionRecorder
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        made.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(proposer, "AttentionRecorder", counting)
+    monkeypatch.setattr(verifier, "AttentionRecorder", counting)
+    run = dict(k=2, temperature=0.7, tau=-math.inf, seed=3, max_new_tokens=24)
+    with_capture = engine.generate(QUESTION, beta=0.3, **run)
+    assert made and all(s.grounding is not None for s in with_capture.steps)
+    made.clear()
+    without = engine.generate(QUESTION, beta=1.0, **run)
+    assert made == []  # no attention rows were captured
+    assert without.raw_text == with_capture.raw_text  # capture never changes what is generated
+    assert all(s.grounding is None and s.score is not None for s in without.steps)
+    target_scored = engine.generate(QUESTION, beta=1.0, scoring_model="target", **run)
+    assert made == [] and all(s.grounding is None for s in target_scored.steps)
+    bounds = engine.calibrate([QUESTION], beta=1.0, max_new_tokens=24)
+    assert bounds.confidence_min < bounds.confidence_max
+    with pytest.raises(ValueError, match="beta"):
+        verifier.decide(verifier.Scores(-1.0, None), SpecGuardConfig(beta=0.5))
+
+
 # ---- bad input ----------------------------------------------------------------------------
 def test_empty_messages(engine: SpecGuardEngine) -> None:
     with pytest.raises(InputError, match="messages is empty"):

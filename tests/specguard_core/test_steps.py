@@ -81,3 +81,15 @@ def test_rules_follow_the_tokenizer() -> None:
     rules = StepRules.for_tokenizer(NoTools(), ("\n\n",))
     assert rules.tool_open is None
     assert segment("a<tool_call>b\n\nc", rules) == ["a<tool_call>b\n\n", "c"]
+
+
+def test_a_forgotten_closer_ends_the_block_with_its_json() -> None:
+    call = '<tool_call>\n{"name": "f", "arguments": {"x": "a\\n\\nb"}}'
+    text = call + "\nThe tool will tell us.\n\nDone."
+    assert segment(text, RULES) == [call, "\nThe tool will tell us.\n\n", "Done."]
+    assert step_kind(call, False, RULES)[0] == "tool_call"
+    # streamed: open while the JSON is incomplete or a closer may still be coming
+    for partial in (call[:-1], call, call + "\n", call + "\n</tool", call + " </tool_call"):
+        assert step_end(partial, RULES) is None, partial
+    assert step_end(call + "\n</tool_call>", RULES) == len(call) + len("\n</tool_call>")
+    assert step_end(call + "\nT", RULES) == len(call)

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Tuning of the `fast` preset (benchmarks/RESULTS.md, "Tuning the fast preset"): each variant runs
+# specguard-fast alone on GSM8K problems 920..927, a slice that is neither the reported one (0..)
+# nor the calibration one (900..904). Resumable like any bench run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N_TUNE:-8}
+common=(--dataset gsm8k --n "$N" --offset 920 --methods specguard-fast --max-new-tokens 400
+        --bounds benchmarks/bounds-qwen2.5-coder-0.5b.json --device cpu --dtype bfloat16 --no-progress)
+run() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --out "benchmarks/results/tune-fast/$name"; }
+run before                                                      # k=2, T=0.7, tau=0.6
+run k1-greedy        --set fast.k=1 --set fast.temperature=0
+run tau0.5           --set fast.tau=0.5
+run k1-greedy-tau0.5 --set fast.k=1 --set fast.temperature=0 --set fast.tau=0.5
