@@ -12,3 +12,15 @@ run before                                                      # k=2, T=0.7, ta
 run k1-greedy        --set fast.k=1 --set fast.temperature=0
 run tau0.5           --set fast.tau=0.5
 run k1-greedy-tau0.5 --set fast.k=1 --set fast.temperature=0 --set fast.tau=0.5
+# the before/after table of RESULTS.md
+.venv/bin/python - <<'PY'
+import json, pathlib
+print("| variant | k | T | tau | correct | median s | mean s | tok/s | target tokens | acceptance | measured/ideal |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for d in sorted(pathlib.Path("benchmarks/results/tune-fast").iterdir()):
+    s = json.loads((d / "summary.json").read_text())
+    m, c = s["methods"]["specguard-fast"], s["configs"]["specguard-fast"]
+    print(f"| {d.name} | {c['k']} | {c['temperature']} | {c['tau']} | {m['n_correct']}/{m['n']} | "
+          f"{m['latency_median_s']:.1f} | {m['latency_mean_s']:.1f} | {m['tokens_per_s']:.1f} | "
+          f"{m['target_token_fraction']:.0%} | {m['acceptance_rate']:.0%} | {m['measured_over_ideal']:.2f}x |")
+PY
