@@ -305,12 +305,13 @@ def write_reports(out_dir: Path, summary: Mapping[str, Any]) -> None:
     plot_bench(summary, out_dir / PLOT)
 
 
-def _previous_environment(out_dir: Path) -> dict[str, Any]:
-    """The environment recorded by the last run in `out_dir` (nothing ran this time)."""
+def _previous_environment(out_dir: Path, device: str) -> dict[str, Any]:
+    """The environment recorded by the last run in `out_dir` (nothing ran this time); this
+    machine's, with the requested `device`, if that run was stopped before it wrote a summary."""
     path = out_dir / SUMMARY
     if path.exists():
         return dict(json.loads(path.read_text()).get("environment", {}))
-    return environment()
+    return {**environment(), "device": device}
 
 
 def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
@@ -337,7 +338,7 @@ def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
     wanted = {p.uid for p in problems}
     rows = [r for r in load_rows(results) if r.uid in wanted and r.method in methods]
     base = engine.config if engine is not None else base_config(settings.sets)
-    env = environment(engine) if engine is not None else _previous_environment(out_dir)
+    env = environment(engine) if engine is not None else _previous_environment(out_dir, settings.device)
     summary = build_summary(rows, settings, bounds, base, env)
     write_reports(out_dir, summary)
     return summary

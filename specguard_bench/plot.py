@@ -40,7 +40,7 @@ def plot_bench(summary: Mapping[str, Any], path: Path) -> None:
     ax_acc.set_ylim(0, 105)
     ax_acc.set_xlim(left=0, right=max([m["latency_median_s"] for m in methods.values()] + [1]) * 1.1)
     ax_acc.set_title("accuracy vs latency (legend: correct, speed-up vs target)", fontsize=9)
-    ax_acc.legend(fontsize=8, loc="lower right")
+    ax_acc.legend(fontsize=8, loc="best")
     for name, m in methods.items():
         counts = m.get("acceptance_by_step") or []
         points = [(i, a / n, n) for i, (a, n) in enumerate(counts) if n]

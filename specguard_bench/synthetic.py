@@ -370,9 +370,11 @@ def _capture_rows(
     device: str,
 ) -> dict[str, Any]:
     """Propose time per step, every step accepted, with capture off (`beta=1`: grounding has no
-    weight, so no attention is captured) and with the last 1, 3 and all layers captured."""
+    weight, so no attention is captured) and with the last 1, `grounding_layers` and all layers
+    captured."""
+    used = min(config.grounding_layers, n_layers)
     sweep = []
-    for layers in [0, *sorted({1, min(3, n_layers), n_layers})]:
+    for layers in [0, *sorted({1, used, n_layers})]:
         change = {"beta": 1.0} if layers == 0 else {"grounding_layers": layers}
         cfg = config.merged(tau=-math.inf, **change)
         summ = run_specguard(engine, prompts, cfg, device, settings.seed).summary()
@@ -384,7 +386,6 @@ def _capture_rows(
             }
         )
     off = sweep[0]["propose_per_step_s"]
-    used = min(config.grounding_layers, n_layers)
     on = next(r["propose_per_step_s"] for r in sweep if r["grounding_layers"] == used)
     return {
         "layers_sweep": sweep,

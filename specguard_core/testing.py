@@ -103,21 +103,30 @@ class ScriptedLM(torch.nn.Module):
         return None
 
     def _next_token(self, ids: list[int]) -> int:
-        text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        cut = text.rfind(ASSISTANT)
-        prompt, done = (text[: cut + len(ASSISTANT)], text[cut + len(ASSISTANT):]) if cut >= 0 \
-            else (text, "")
+        start = self._reply_start(ids)
+        prompt = self.tokenizer.decode(ids[:start], skip_special_tokens=False)
         reply = self.responder(prompt)
         if prompt not in self.calls:
             self.calls.append(prompt)
-        if reply.startswith(done):
-            tail = reply[len(done):]
-        elif done and done in reply:  # a forced prefix (e.g. a tool-call opener) joins the script
-            tail = reply[reply.index(done) + len(done):]
-        else:
-            return self.eos
-        rest = self.tokenizer(tail, add_special_tokens=False)["input_ids"]
-        return int(rest[0]) if rest else self.eos
+        done_ids = ids[start:]
+        reply_ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+        if reply_ids[: len(done_ids)] == done_ids:  # on script, compared as token ids, so a
+            # character that spans several byte-level tokens is emitted whole
+            return int(reply_ids[len(done_ids)]) if len(reply_ids) > len(done_ids) else self.eos
+        done = self.tokenizer.decode(done_ids, skip_special_tokens=False)
+        if done and done in reply:  # a forced prefix (e.g. a tool-call opener) joins the script
+            rest = self.tokenizer(reply[reply.index(done) + len(done):],
+                                  add_special_tokens=False)["input_ids"]
+            return int(rest[0]) if rest else self.eos
+        return self.eos
+
+    def _reply_start(self, ids: list[int]) -> int:
+        """Index just after the last `<|im_start|>assistant\n` header (the whole prompt if none)."""
+        header = self.tokenizer(ASSISTANT, add_special_tokens=False)["input_ids"]
+        for i in range(len(ids) - len(header), -1, -1):
+            if ids[i: i + len(header)] == header:
+                return i + len(header)
+        return len(ids)
 
     def forward(self, input_ids: torch.Tensor, cache: DynamicCache | None = None,
                 logits_to_keep: int = 1, output_hidden_states: bool = False,
