@@ -24,18 +24,34 @@ from tests.specguard_integrations.test_langchain_scripted import (
 )
 
 
-class TestChatSpecGuardUnit(ChatModelUnitTests):
+class SpecGuardModel:
+    """What every suite here declares: the class under test, which supports JSON mode."""
+
     @property
     def chat_model_class(self) -> type[ChatSpecGuard]:
         return ChatSpecGuard
 
     @property
-    def chat_model_params(self) -> dict[str, Any]:
-        return {"engine": shared_engine()}
-
-    @property
     def supports_json_mode(self) -> bool:
         return True
+
+
+class SpecGuardIntegrationFeatures(SpecGuardModel):
+    """The integration suites' extra feature flags."""
+
+    @property
+    def supports_model_override(self) -> bool:
+        return False  # one ChatSpecGuard serves one draft/target pair
+
+    @property
+    def supports_anthropic_inputs(self) -> bool:
+        return True  # text blocks, tool_use/thinking blocks and input_schema tools are converted
+
+
+class TestChatSpecGuardUnit(SpecGuardModel, ChatModelUnitTests):
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return {"engine": shared_engine()}
 
 
 # The suites have async tests; the project runs pytest-asyncio in strict mode, so they are marked here
@@ -44,49 +60,25 @@ ASYNC = [pytest.mark.asyncio, pytest.mark.filterwarnings(
     "ignore:The test .* is marked with '@pytest.mark.asyncio':pytest.PytestWarning")]
 
 
-class TestChatSpecGuardIntegration(ChatModelIntegrationTests):
+class TestChatSpecGuardIntegration(SpecGuardIntegrationFeatures, ChatModelIntegrationTests):
     pytestmark = ASYNC
-
-    @property
-    def chat_model_class(self) -> type[ChatSpecGuard]:
-        return ChatSpecGuard
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
         return {"engine": shared_engine(), "temperature": 0, "max_tokens": 256}
 
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
-    @property
-    def supports_model_override(self) -> bool:
-        return False  # one ChatSpecGuard serves one draft/target pair
-
-    @property
-    def supports_anthropic_inputs(self) -> bool:
-        return True  # text blocks, tool_use/thinking blocks and input_schema tools are converted
-
 
 @pytest.mark.real
 @pytest.mark.skipif(not HAVE_REAL, reason=REAL_REASON)
-class TestChatSpecGuardRealUnit(ChatModelUnitTests):
-    @property
-    def chat_model_class(self) -> type[ChatSpecGuard]:
-        return ChatSpecGuard
-
+class TestChatSpecGuardRealUnit(SpecGuardModel, ChatModelUnitTests):
     @property
     def chat_model_params(self) -> dict[str, Any]:
         return {"engine": real_engine(), "k": 1}
 
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
 
 @pytest.mark.real
 @pytest.mark.skipif(not HAVE_REAL, reason=REAL_REASON)
-class TestChatSpecGuardRealIntegration(ChatModelIntegrationTests):
+class TestChatSpecGuardRealIntegration(SpecGuardIntegrationFeatures, ChatModelIntegrationTests):
     pytestmark = ASYNC
 
     @pytest.mark.xfail(reason=(
@@ -95,32 +87,7 @@ class TestChatSpecGuardRealIntegration(ChatModelIntegrationTests):
     def test_tool_choice(self, model: BaseChatModel) -> None:
         super().test_tool_choice(model)
 
-    @pytest.mark.xfail(reason=(
-        "model limit: for the Japanese name the 1.5B target writes a valid call, omits "
-        "</tool_call> and keeps writing prose, so the block does not parse ('Extra data')"))
-    def test_unicode_tool_call_integration(self, model: BaseChatModel, *,
-                                           tool_choice: str | None = None,
-                                           force_tool_call: bool = True) -> None:
-        super().test_unicode_tool_call_integration(model, tool_choice=tool_choice,
-                                                   force_tool_call=force_tool_call)
-
-    @property
-    def chat_model_class(self) -> type[ChatSpecGuard]:
-        return ChatSpecGuard
-
     @property
     def chat_model_params(self) -> dict[str, Any]:
         # greedy with one draft candidate: deterministic, and the cheapest setting on a CPU
         return {"engine": real_engine(), "k": 1, "temperature": 0, "max_tokens": 96}
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
-    @property
-    def supports_model_override(self) -> bool:
-        return False  # one ChatSpecGuard serves one draft/target pair
-
-    @property
-    def supports_anthropic_inputs(self) -> bool:
-        return True  # text blocks, tool_use/thinking blocks and input_schema tools are converted
