@@ -7,8 +7,6 @@ and scores in `response_metadata["specguard_steps"]`). All of the algorithm live
 
 from __future__ import annotations
 
-import asyncio
-import json
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
@@ -18,18 +16,7 @@ from typing import Any, Literal, cast
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
-from langchain_core.messages import (
-    AIMessage,
-    AIMessageChunk,
-    BaseMessage,
-    ChatMessage,
-    FunctionMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
-from langchain_core.messages.ai import UsageMetadata
-from langchain_core.messages.tool import invalid_tool_call, tool_call, tool_call_chunk
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from langchain_core.output_parsers.base import OutputParserLike
 from langchain_core.output_parsers.openai_tools import (
@@ -38,209 +25,31 @@ from langchain_core.output_parsers.openai_tools import (
 )
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
-from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import Field, PrivateAttr, model_validator
 from typing_extensions import Self
 
-from specguard_core import GenerationResult, SpecGuardConfig, SpecGuardEngine, StepRecord, ToolCall
+from specguard_core import GenerationResult, SpecGuardConfig, SpecGuardEngine
+from specguard_core.aio import iterate_in_thread
 from specguard_core.config import PRESETS
 from specguard_core.engine import GenerationStream
 from specguard_core.models import DEFAULT_DRAFT, DEFAULT_TARGET, resolve
-from specguard_core.steps import StepRules, strip_markers
+from specguard_integrations.langchain_convert import (
+    Translator,
+    final_chunk,
+    final_message,
+    format_instruction,
+    normalise_tool_choice,
+    response_format_for,
+    to_engine_message,
+    with_instruction,
+)
 
-_RULES = StepRules()
+__all__ = ["ChatSpecGuard", "normalise_tool_choice", "to_engine_message"]
+
 _KNOBS = ("temperature", "k", "top_p", "tau", "beta", "seed", "max_steps")
 _CALL_KEYS = {"tools", "tool_choice", "response_format", "model", "max_tokens"}
-_SKIPPED_BLOCKS = {"reasoning", "thinking", "redacted_thinking", "tool_use", "tool_call",
-                   "tool_call_chunk", "invalid_tool_call", "function_call"}
-_MEDIA_BLOCKS = {"image", "image_url", "audio", "input_audio", "file", "video"}
-_JSON_ONLY = "Reply with a single JSON object and nothing else."
-
-
-# ---- LangChain messages -> engine messages ---------------------------------------------------
-def _text(message: BaseMessage) -> str:
-    """The message's text; reasoning and tool-use blocks are dropped, media is refused."""
-    if isinstance(message.content, list):
-        for block in message.content:
-            kind = block.get("type") if isinstance(block, dict) else "text"
-            if kind in _MEDIA_BLOCKS:
-                raise ValueError(f"ChatSpecGuard takes text only; the {message.type} message has "
-                                 f"a {kind!r} block")
-            if kind not in _SKIPPED_BLOCKS | {"text"}:
-                raise ValueError(f"ChatSpecGuard cannot use a {kind!r} content block")
-    return message.text
-
-
-def _engine_tool_calls(message: AIMessage) -> list[dict[str, Any]]:
-    return [{"id": tc.get("id"), "type": "function",
-             "function": {"name": tc["name"], "arguments": tc["args"]}}
-            for tc in message.tool_calls]
-
-
-def _tool_result(message: ToolMessage) -> str:
-    text = _text(message)
-    if message.status == "error" and not text.lower().startswith("error"):
-        return f"Error: {text}"
-    return text
-
-
-def _chat_role(role: str) -> str:
-    return {"human": "user", "ai": "assistant", "function": "tool"}.get(role, role)
-
-
-def to_engine_message(message: BaseMessage) -> dict[str, Any]:
-    """One LangChain message as the engine's OpenAI-style dict."""
-    if isinstance(message, SystemMessage):
-        return {"role": "system", "content": _text(message)}
-    if isinstance(message, HumanMessage):
-        return {"role": "user", "content": _text(message)}
-    if isinstance(message, AIMessage):
-        out: dict[str, Any] = {"role": "assistant", "content": _text(message)}
-        if message.tool_calls:
-            out["tool_calls"] = _engine_tool_calls(message)
-        return out
-    if isinstance(message, ToolMessage):
-        named = {"name": message.name} if message.name else {}
-        return {"role": "tool", "content": _tool_result(message),
-                "tool_call_id": message.tool_call_id, **named}
-    if isinstance(message, FunctionMessage):
-        return {"role": "tool", "content": _text(message), "name": message.name}
-    if isinstance(message, ChatMessage):
-        return {"role": _chat_role(message.role), "content": _text(message)}
-    raise ValueError(f"ChatSpecGuard cannot convert a {type(message).__name__}")
-
-
-def _with_instruction(messages: list[dict[str, Any]], instruction: str) -> list[dict[str, Any]]:
-    """`instruction` appended to the leading system message (or as one)."""
-    if messages and messages[0]["role"] == "system":
-        first = {**messages[0], "content": f"{messages[0]['content']}\n\n{instruction}".strip()}
-        return [first, *messages[1:]]
-    return [{"role": "system", "content": instruction}, *messages]
-
-
-def _format_instruction(response_format: dict[str, Any]) -> str:
-    """OpenAI's `response_format` as an instruction for the model."""
-    if response_format.get("type") == "json_schema":
-        schema = response_format.get("json_schema", {}).get("schema", {})
-        return f"{_JSON_ONLY} It must match this JSON schema:\n{json.dumps(schema)}"
-    if response_format.get("type") == "json_object":
-        return _JSON_ONLY
-    raise ValueError(f"unsupported response_format {response_format!r}; use json_schema or "
-                     "json_object")
-
-
-# ---- tools and tool_choice -------------------------------------------------------------------
-def _tool_names(tools: Sequence[dict[str, Any]]) -> set[str]:
-    return {t["function"]["name"] for t in tools}
-
-
-def _choice_name(choice: dict[str, Any]) -> str:
-    if isinstance(choice.get("function"), dict):
-        return str(choice["function"]["name"])
-    if "name" in choice:
-        return str(choice["name"])
-    kind = choice.get("type")
-    if kind in ("any", "auto", "none", "required"):
-        return str(kind)
-    raise ValueError(f"unsupported tool_choice {choice!r}")
-
-
-def normalise_tool_choice(choice: Any, tools: Sequence[dict[str, Any]]) -> str:
-    """Every `tool_choice` form LangChain passes, as the engine's "auto", "none", "required" or a
-    tool name: "any"/"required"/True, "auto"/None/False, "none", a name, OpenAI's and Anthropic's
-    dicts."""
-    if choice is None or choice is False:
-        return "auto"
-    if choice is True:
-        return "required"
-    name = _choice_name(choice) if isinstance(choice, dict) else str(choice)
-    if name in ("any", "required"):
-        return "required"
-    if name in ("auto", "none"):
-        return name
-    if name not in _tool_names(tools):
-        raise ValueError(f"tool_choice names {name!r}, which is not among the bound tools "
-                         f"{sorted(_tool_names(tools))}")
-    return name
-
-
-# ---- engine steps -> LangChain chunks ------------------------------------------------------
-def _step_trace(step: StepRecord) -> dict[str, Any]:
-    """What `response_metadata["specguard_steps"]` records of one committed step."""
-    return {"step": step.index, "source": step.source, "kind": step.kind,
-            "accepted": step.accepted, "confidence": step.confidence,
-            "grounding": step.grounding, "score": step.score, "tokens": len(step.token_ids),
-            "n_candidates": step.n_candidates, "latency_s": step.latency_s,
-            "rejected_reason": step.rejected_reason,
-            "draft_text": None if step.accepted else step.draft_text}
-
-
-def _call_args(call: ToolCall) -> str:
-    """Valid calls carry JSON arguments; invalid ones their raw text (so they stay invalid)."""
-    return json.dumps(call.arguments, ensure_ascii=False) if call.valid else call.raw
-
-
-def _visible(before: str, text: str, stops: Sequence[str]) -> str:
-    """The part of `text` (committed after `before`) that precedes the first stop string."""
-    full = before + text
-    cut = min((full.find(s) for s in stops if s and s in full), default=len(full))
-    return full[len(before):max(cut, len(before))]
-
-
-def _usage(result: GenerationResult) -> UsageMetadata:
-    usage = UsageMetadata(input_tokens=result.usage.prompt_tokens,
-                          output_tokens=result.usage.completion_tokens,
-                          total_tokens=result.usage.total_tokens)
-    reasoning = sum(len(s.token_ids) for s in result.steps if s.kind == "reasoning")
-    if reasoning:
-        usage["output_token_details"] = {"reasoning": reasoning}
-    return usage
-
-
-def _final_chunk(result: GenerationResult) -> AIMessageChunk:
-    metadata = {"finish_reason": result.finish_reason, "model_name": result.model_name,
-                "model_provider": "specguard", "specguard": result.stats.to_dict()}
-    return AIMessageChunk(content="", chunk_position="last", usage_metadata=_usage(result),
-                          response_metadata=metadata)
-
-
-class _Translator:
-    """Turns one run's steps into chunks: answer text (cut at stop strings, leading whitespace of
-    the answer dropped), reasoning, tool-call chunks with their index in the message."""
-
-    def __init__(self, stops: Sequence[str]) -> None:
-        self.stops, self.raw, self.answered, self.n_calls = tuple(stops), "", False, 0
-
-    def chunk(self, step: StepRecord) -> AIMessageChunk:
-        visible = _visible(self.raw, step.text, self.stops)
-        self.raw += step.text
-        meta = {"specguard_steps": [_step_trace(step)]}
-        if step.kind == "reasoning":
-            return AIMessageChunk(content="", response_metadata=meta, additional_kwargs={
-                "reasoning_content": strip_markers(visible, _RULES)})
-        if step.kind == "tool_call" and step.tool_call is not None:
-            call = step.tool_call
-            self.n_calls += 1
-            return AIMessageChunk(content="", response_metadata=meta, tool_call_chunks=[
-                tool_call_chunk(name=call.name, args=_call_args(call), id=call.id,
-                                index=self.n_calls - 1)])
-        text = visible if self.answered else visible.lstrip()
-        self.answered = self.answered or bool(text)
-        return AIMessageChunk(content=text, response_metadata=meta)
-
-
-def _final_message(chunks: list[AIMessageChunk], result: GenerationResult) -> AIMessage:
-    """The aggregated stream, with the engine's final answer text and verified tool calls."""
-    merged = chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0]
-    extra = {"reasoning_content": result.reasoning} if result.reasoning else {}
-    return AIMessage(
-        content=result.text, additional_kwargs=extra, response_metadata=merged.response_metadata,
-        usage_metadata=merged.usage_metadata, id=merged.id,
-        tool_calls=[tool_call(name=c.name, args=c.arguments, id=c.id) for c in result.tool_calls],
-        invalid_tool_calls=[invalid_tool_call(name=c.name, args=c.raw, id=c.id, error=c.error)
-                            for c in result.invalid_tool_calls],
-    )
 
 
 class _Run:
@@ -256,14 +65,14 @@ class _Run:
         deadline = time.monotonic() + self._timeout if self._timeout else None
         stream, stops = self._start()
         self.stream = stream
-        translator = _Translator(stops)
+        translator = Translator(stops)
         try:
             for step in stream:
                 yield ChatGenerationChunk(message=translator.chunk(step))
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"SpecGuard generation exceeded timeout={self._timeout}s")
             self.result = stream.result
-            yield ChatGenerationChunk(message=_final_chunk(stream.result))
+            yield ChatGenerationChunk(message=final_chunk(stream.result))
         finally:
             stream.close()
 
@@ -275,52 +84,14 @@ class _Run:
     def message(self, chunks: list[ChatGenerationChunk]) -> ChatResult:
         assert self.result is not None, "the run has not finished"
         messages = [cast(AIMessageChunk, c.message) for c in chunks]
-        return ChatResult(generations=[ChatGeneration(message=_final_message(messages,
+        return ChatResult(generations=[ChatGeneration(message=final_message(messages,
                                                                              self.result))])
 
 
-_DONE = object()
-
-
-def _produce(run: _Run, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[Any],
-             stop: threading.Event) -> None:
-    """Worker thread: pull the run's chunks and hand them to the event loop."""
-    def put(item: Any) -> None:
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:  # the loop is gone: nobody is listening any more
-            stop.set()
-
-    chunks = run.chunks()
-    try:
-        for chunk in chunks:
-            put(chunk)
-            if stop.is_set():
-                break
-    except BaseException as err:  # noqa: BLE001 - re-raised in the consumer
-        put(err if not stop.is_set() else _DONE)
-    finally:
-        chunks.close()  # closes the engine stream in this thread, releasing the engine
-        put(_DONE)
-
-
-async def _iterate_in_thread(run: _Run) -> AsyncIterator[ChatGenerationChunk]:
+def _iterate_in_thread(run: _Run) -> AsyncIterator[ChatGenerationChunk]:
     """The run's chunks, computed in a worker thread so the event loop never blocks; leaving
     early stops the engine at the next step boundary and frees it."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-    stop = threading.Event()
-    worker = threading.Thread(target=_produce, args=(run, loop, queue, stop), daemon=True,
-                              name="specguard-langchain")
-    worker.start()
-    try:
-        while (item := await queue.get()) is not _DONE:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        run.cancel()
+    return iterate_in_thread(run.chunks, run.cancel, name="specguard-langchain")
 
 
 # ---- the chat model --------------------------------------------------------------------------
@@ -477,7 +248,7 @@ class ChatSpecGuard(BaseChatModel):
         overrides = self._overrides(stop, call)
         converted = [to_engine_message(m) for m in messages]
         if response_format:
-            converted = _with_instruction(converted, _format_instruction(response_format))
+            converted = with_instruction(converted, format_instruction(response_format))
 
         def start() -> tuple[GenerationStream, tuple[str, ...]]:
             engine = self.get_engine()
@@ -547,7 +318,7 @@ class ChatSpecGuard(BaseChatModel):
             parser = (PydanticToolsParser(tools=[schema], first_tool_only=True) if is_model
                       else JsonOutputKeyToolsParser(key_name=name, first_tool_only=True))
         elif method in ("json_schema", "json_mode"):
-            llm = self.bind(response_format=_response_format(schema, method),
+            llm = self.bind(response_format=response_format_for(schema, method),
                             ls_structured_output_format=fmt)
             parser = (PydanticOutputParser(pydantic_object=schema) if is_model
                       else JsonOutputParser())
@@ -561,11 +332,3 @@ class ChatSpecGuard(BaseChatModel):
         fallback = RunnablePassthrough.assign(parsed=lambda _: None)
         return RunnableMap(raw=llm) | parsed.with_fallbacks([fallback],
                                                             exception_key="parsing_error")
-
-
-def _response_format(schema: dict[str, Any] | type | None, method: str) -> dict[str, Any]:
-    if method == "json_mode" or schema is None:
-        return {"type": "json_object"}
-    json_schema = convert_to_json_schema(schema)
-    return {"type": "json_schema",
-            "json_schema": {"name": json_schema.get("title", "response"), "schema": json_schema}}

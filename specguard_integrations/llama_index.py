@@ -21,12 +21,10 @@ abandoning) a stream stops generation at the next step boundary and frees the en
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 try:
     from llama_index.core.base.llms.generic_utils import (
@@ -36,7 +34,6 @@ try:
         stream_chat_to_completion_decorator,
     )
     from llama_index.core.base.llms.types import (
-        CachePoint,
         ChatMessage,
         ChatResponse,
         ChatResponseAsyncGen,
@@ -46,8 +43,6 @@ try:
         CompletionResponseGen,
         LLMMetadata,
         MessageRole,
-        TextBlock,
-        ThinkingBlock,
         ToolCallBlock,
     )
     from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
@@ -60,9 +55,17 @@ except ImportError as err:  # pragma: no cover - depends on the environment
         "SpecGuardLLM needs LlamaIndex; install it with `pip install 'specguard[llamaindex]'`"
     ) from err
 
+from specguard_core.aio import iterate_in_thread
 from specguard_core.config import SpecGuardConfig
-from specguard_core.steps import StepRules, strip_markers
-from specguard_core.types import GenerationResult, StepRecord, ToolCall
+from specguard_core.types import StepRecord
+from specguard_integrations.llama_index_convert import (
+    Turn,
+    chat_response,
+    complete_last,
+    to_engine_messages,
+    tool_selections,
+    trace,
+)
 
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
@@ -71,234 +74,36 @@ if TYPE_CHECKING:
 
 __all__ = ["SpecGuardLLM", "to_engine_messages", "tool_selections", "trace"]
 
-EngineMessage = dict[str, Any]
-_ROLES = {"chatbot": "assistant", "model": "assistant", "function": "tool"}
-_NOT_TEXT = (ThinkingBlock, ToolCallBlock, CachePoint)  # carried elsewhere or dropped
-_THINK = StepRules()  # only its <think> markers are used, to strip them from reasoning deltas
-_END = object()
+
+def _asteps(stream: GenerationStream) -> AsyncGenerator[StepRecord, None]:
+    """The stream's steps from a worker thread; closing the generator stops the engine."""
+    return iterate_in_thread(lambda: stream, stream.close, name="specguard-llama-index")
 
 
-# ---- LlamaIndex messages -> engine messages ----------------------------------------------------
-def to_engine_messages(messages: Sequence[ChatMessage]) -> list[EngineMessage]:
-    """OpenAI-style dicts, as `SpecGuardEngine.stream` takes them."""
-    return [_to_engine_message(m) for m in messages]
-
-
-def _to_engine_message(message: ChatMessage) -> EngineMessage:
-    role = _ROLES.get(message.role.value, message.role.value)
-    out: EngineMessage = {"role": role, "content": _text_of(message)}
-    calls = _calls_of(message)
-    if calls:
-        out["tool_calls"] = calls
-    call_id = message.additional_kwargs.get("tool_call_id")
-    if role == "tool" and call_id:
-        out["tool_call_id"] = str(call_id)
-    return out
-
-
-def _text_of(message: ChatMessage) -> str:
-    parts = []
-    for block in message.blocks:
-        if isinstance(block, TextBlock):
-            parts.append(block.text)
-        elif not isinstance(block, _NOT_TEXT):
-            raise ValueError(f"SpecGuardLLM takes text only; a {message.role.value} message has a "
-                             f"{block.block_type!r} block")
-    return "\n".join(parts)  # as ChatMessage.content joins text blocks
-
-
-def _calls_of(message: ChatMessage) -> list[dict[str, Any]]:
-    blocks = [b for b in message.blocks if isinstance(b, ToolCallBlock)]
-    if blocks:
-        return [_openai_call(b.tool_call_id, b.tool_name, b.tool_kwargs) for b in blocks]
-    return [_legacy_call(c) for c in message.additional_kwargs.get("tool_calls") or []]
-
-
-def _openai_call(call_id: str | None, name: str, arguments: dict[str, Any] | str
-                 ) -> dict[str, Any]:
-    return {"id": call_id or name, "type": "function",
-            "function": {"name": name, "arguments": _arguments(name, arguments)}}
-
-
-def _legacy_call(call: Any) -> dict[str, Any]:
-    """OpenAI tool-call objects or dicts (`{"id", "function": {...}}` or flat `{"name", ...}`)."""
-    data = _as_dict(call)
-    fn = _as_dict(data.get("function") or data)
-    if not fn.get("name"):
-        raise ValueError(f"a tool call in additional_kwargs['tool_calls'] has no name: {data!r}")
-    return _openai_call(data.get("id"), str(fn["name"]), fn.get("arguments") or {})
-
-
-def _as_dict(obj: Any) -> dict[str, Any]:
-    dumped = obj.model_dump() if hasattr(obj, "model_dump") else obj
-    if not isinstance(dumped, dict):
-        raise ValueError(f"expected a tool call mapping, got {type(obj).__name__}")
-    return dumped
-
-
-def _arguments(name: str, arguments: dict[str, Any] | str) -> dict[str, Any]:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
-        raise ValueError(f"tool call {name!r} has arguments that are not JSON: "
-                         f"{arguments!r}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"tool call {name!r} has arguments that are not a JSON object")
-    return value
-
-
-# ---- responses -> tool selections --------------------------------------------------------------
-def tool_selections(message: ChatMessage) -> list[ToolSelection]:
-    """The message's tool calls (`ToolCallBlock`s, else legacy `additional_kwargs`)."""
-    return [
-        ToolSelection(tool_id=c["id"], tool_name=c["function"]["name"],
-                      tool_kwargs=c["function"]["arguments"])
-        for c in _calls_of(message)
-    ]
-
-
-# ---- engine output -> LlamaIndex responses -----------------------------------------------------
-def _message(content: str, thinking: str, calls: Sequence[ToolCall]) -> ChatMessage:
-    """The assistant message; tool calls as `ToolCallBlock`s and, as OpenAI's adapter also does,
-    in `additional_kwargs["tool_calls"]` (read by LlamaIndex's streaming structured output)."""
-    blocks: list[Any] = [ThinkingBlock(content=thinking)] if thinking else []
-    blocks.append(TextBlock(text=content))
-    blocks += [ToolCallBlock(tool_call_id=c.id, tool_name=c.name, tool_kwargs=c.arguments)
-               for c in calls]
-    legacy = {"tool_calls": [_legacy_dict(c) for c in calls]} if calls else {}
-    return ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks, additional_kwargs=legacy)
-
-
-def _legacy_dict(call: ToolCall) -> dict[str, Any]:
-    return {"id": call.id, "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
-
-
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
-
-
-def trace(result: GenerationResult) -> dict[str, Any]:
-    """The SpecGuard trace of a finished call (`additional_kwargs["specguard"]`)."""
-    return {
-        "model": result.model_name,
-        "finish_reason": result.finish_reason,
-        "steps": [s.to_dict() for s in result.steps],
-        "stats": result.stats.to_dict(),
-        "invalid_tool_calls": [asdict(c) for c in result.invalid_tool_calls],
-    }
-
-
-def _response(result: GenerationResult) -> ChatResponse:
-    usage = result.usage
-    return ChatResponse(
-        message=_message(result.text, result.reasoning, result.tool_calls),
-        raw={"model": result.model_name, "finish_reason": result.finish_reason,
-             "usage": _usage(usage.prompt_tokens, usage.completion_tokens)},
-        additional_kwargs={"specguard": trace(result)},
-    )
-
-
-def _complete(last: ChatResponse, final: ChatResponse) -> None:
-    """Make the last streamed chunk carry the finished call (message, raw, whole trace)."""
-    last.message, last.raw = final.message, final.raw
-    last.additional_kwargs.update(final.additional_kwargs)
-
-
-@dataclass
-class _Turn:
-    """The assistant turn as steps are committed: one `ChatResponse` per step."""
-
-    prompt_tokens: int
-    content: str = ""
-    thinking: str = ""
-    calls: list[ToolCall] = field(default_factory=list)
-    completion_tokens: int = 0
-
-    def add(self, step: StepRecord) -> ChatResponse:
-        self.completion_tokens += len(step.token_ids)
-        delta, thinking_delta = "", None
-        if step.kind == "answer":
-            delta = step.text
-            self.content += delta
-        elif step.kind == "reasoning":
-            thinking_delta = strip_markers(step.text, _THINK)
-            self.thinking += thinking_delta
-        elif step.tool_call is not None and step.tool_call.valid:
-            self.calls.append(step.tool_call)
-        return ChatResponse(
-            message=_message(self.content.strip(), self.thinking.strip(), self.calls),
-            delta=delta,
-            raw={"usage": _usage(self.prompt_tokens, self.completion_tokens)},
-            additional_kwargs={"thinking_delta": thinking_delta,
-                               "specguard_step": step.to_dict()},
-        )
-
-
-def _stream_responses(stream: GenerationStream, turn: _Turn) -> ChatResponseGen:
+def _stream_responses(stream: GenerationStream, turn: Turn) -> ChatResponseGen:
     last = None
     with stream:  # leaving early (close, garbage collection) stops the engine
         for step in stream:
             last = turn.add(step)
             yield last
-    final = _response(stream.result)
+    final = chat_response(stream.result)
     if last is None:
         yield final
     else:
-        _complete(last, final)
+        complete_last(last, final)
 
 
-async def _astream_responses(stream: GenerationStream, turn: _Turn) -> ChatResponseAsyncGen:
+async def _astream_responses(stream: GenerationStream, turn: Turn) -> ChatResponseAsyncGen:
     last = None
     async with aclosing(_asteps(stream)) as steps:
         async for step in steps:
             last = turn.add(step)
             yield last
-    final = _response(stream.result)
+    final = chat_response(stream.result)
     if last is None:
         yield final
     else:
-        _complete(last, final)
-
-
-async def _asteps(stream: GenerationStream) -> AsyncGenerator[StepRecord, None]:
-    """The stream's steps, produced by a worker thread (one per request, so requests waiting for
-    the engine never starve the default executor). Closing this generator stops the engine."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[object] = asyncio.Queue()
-    worker = threading.Thread(target=_pump, args=(stream, loop, queue), daemon=True,
-                              name="specguard-llama-index")
-    worker.start()
-    try:
-        while (item := await queue.get()) is not _END:
-            if isinstance(item, BaseException):
-                raise item
-            yield cast(StepRecord, item)
-    finally:
-        stream.close()
-
-
-def _pump(stream: GenerationStream, loop: asyncio.AbstractEventLoop,
-          queue: asyncio.Queue[object]) -> None:
-    def put(item: object) -> bool:
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:  # the event loop is closed: nobody is listening any more
-            stream.close()
-            return False
-        return True
-
-    try:
-        for step in stream:
-            if not put(step):
-                return
-    except Exception as err:  # handed to the awaiting side, which raises it
-        put(err)
-        return
-    put(_END)
+        complete_last(last, final)
 
 
 # ---- the LLM -----------------------------------------------------------------------------------
@@ -394,11 +199,11 @@ class SpecGuardLLM(FunctionCallingLLM):
     def _open(self, request: dict[str, Any]) -> GenerationStream:
         return self.engine.stream(**request)
 
-    def _open_turn(self, request: dict[str, Any]) -> tuple[GenerationStream, _Turn]:
+    def _open_turn(self, request: dict[str, Any]) -> tuple[GenerationStream, Turn]:
         stream = self._open(request)
         tools = None if request["tool_choice"] == "none" else request["tools"]
         prompt = self.engine.prompt_ids(request["messages_or_prompt"], tools)
-        return stream, _Turn(prompt_tokens=len(prompt))
+        return stream, Turn(prompt_tokens=len(prompt))
 
     # ---- chat ------------------------------------------------------------------------------
     @llm_chat_callback()
@@ -407,7 +212,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         with stream:
             for _ in stream:
                 pass
-        return _response(stream.result)
+        return chat_response(stream.result)
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
@@ -421,7 +226,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         async with aclosing(_asteps(stream)) as steps:
             async for _ in steps:
                 pass
-        return _response(stream.result)
+        return chat_response(stream.result)
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any
@@ -437,7 +242,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         return chat_to_completion_decorator(self.chat)(prompt, **kwargs)
 
     @llm_completion_callback()
-    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
+    def streamcomplete_last(self, prompt: str, formatted: bool = False, **kwargs: Any
                         ) -> CompletionResponseGen:
         return stream_chat_to_completion_decorator(self.stream_chat)(prompt, **kwargs)
 
@@ -447,7 +252,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         return await achat_to_completion_decorator(self.achat)(prompt, **kwargs)
 
     @llm_completion_callback()
-    async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
+    async def astreamcomplete_last(self, prompt: str, formatted: bool = False, **kwargs: Any
                                ) -> CompletionResponseAsyncGen:
         return await astream_chat_to_completion_decorator(self.astream_chat)(prompt, **kwargs)
 
@@ -475,7 +280,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         return {"messages": messages, "tools": specs or None, "tool_choice": tool_choice,
                 **kwargs}
 
-    def _validate_chat_with_tools_response(
+    def _validate_chat_with_toolschat_response(
         self,
         response: ChatResponse,
         tools: Sequence[BaseTool],
@@ -493,7 +298,7 @@ class SpecGuardLLM(FunctionCallingLLM):
                 message.additional_kwargs["tool_calls"] = legacy[:1]
         return response
 
-    def get_tool_calls_from_response(
+    def get_tool_calls_fromchat_response(
         self,
         response: ChatResponse,
         error_on_no_tool_call: bool = True,
