@@ -242,7 +242,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         return chat_to_completion_decorator(self.chat)(prompt, **kwargs)
 
     @llm_completion_callback()
-    def streamcomplete_last(self, prompt: str, formatted: bool = False, **kwargs: Any
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
                         ) -> CompletionResponseGen:
         return stream_chat_to_completion_decorator(self.stream_chat)(prompt, **kwargs)
 
@@ -252,7 +252,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         return await achat_to_completion_decorator(self.achat)(prompt, **kwargs)
 
     @llm_completion_callback()
-    async def astreamcomplete_last(self, prompt: str, formatted: bool = False, **kwargs: Any
+    async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
                                ) -> CompletionResponseAsyncGen:
         return await astream_chat_to_completion_decorator(self.astream_chat)(prompt, **kwargs)
 
@@ -280,7 +280,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         return {"messages": messages, "tools": specs or None, "tool_choice": tool_choice,
                 **kwargs}
 
-    def _validate_chat_with_toolschat_response(
+    def _validate_chat_with_tools_response(
         self,
         response: ChatResponse,
         tools: Sequence[BaseTool],
@@ -298,7 +298,7 @@ class SpecGuardLLM(FunctionCallingLLM):
                 message.additional_kwargs["tool_calls"] = legacy[:1]
         return response
 
-    def get_tool_calls_fromchat_response(
+    def get_tool_calls_from_response(
         self,
         response: ChatResponse,
         error_on_no_tool_call: bool = True,
