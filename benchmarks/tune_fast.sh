@@ -14,6 +14,7 @@ run tau0.5           --set fast.tau=0.5
 run k1-greedy-tau0.5 --set fast.k=1 --set fast.temperature=0 --set fast.tau=0.5
 # after the main run showed `fast` near draft-only accuracy on GSM8K 0-19: the paper's tau
 run tau0.7           --set fast.tau=0.7
+run target-ref       --methods target                           # the target alone: the slice's reference
 # the before/after table of RESULTS.md
 .venv/bin/python - <<'PY'
 import json, pathlib
@@ -21,6 +22,11 @@ print("| variant | k | T | tau | correct | median s | mean s | tok/s | target to
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for d in sorted(pathlib.Path("benchmarks/results/tune-fast").iterdir()):
     s = json.loads((d / "summary.json").read_text())
+    if "specguard-fast" not in s["methods"]:
+        t = s["methods"]["target"]
+        print(f"| {d.name} (target alone) | – | 0 | – | {t['n_correct']}/{t['n']} | {t['latency_median_s']:.1f} | "
+              f"{t['latency_mean_s']:.1f} | {t['tokens_per_s']:.1f} | 100% | – | – |")
+        continue
     m, c = s["methods"]["specguard-fast"], s["configs"]["specguard-fast"]
     print(f"| {d.name} | {c['k']} | {c['temperature']} | {c['tau']} | {m['n_correct']}/{m['n']} | "
           f"{m['latency_median_s']:.1f} | {m['latency_mean_s']:.1f} | {m['tokens_per_s']:.1f} | "
