@@ -46,12 +46,12 @@ from specguard_bench.synthetic_models import (
     SIZES,
     SPECIAL_TOKENS,
     SizeSpec,
-    device_for,
     random_model,
     synthetic_prompts,
     word_tokenizer,
 )
 from specguard_core.config import NormBounds, SpecGuardConfig, preset
+from specguard_core.loading import resolve_device
 from specguard_core.types import GenerationResult
 
 
@@ -170,7 +170,7 @@ def build_engine(settings: SyntheticSettings) -> tuple[Any, SizeSpec, SpecGuardC
     from specguard_core import SpecGuardEngine
 
     spec = SIZES[settings.size]
-    device = device_for(settings.device)
+    device = resolve_device(settings.device)
     dtype = getattr(torch, settings.dtype or spec.dtype)
     tok = word_tokenizer(max(spec.draft.vocab_size, spec.target.vocab_size))
     draft = random_model(spec.draft, tok, dtype, device, settings.seed + 1)

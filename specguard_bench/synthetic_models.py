@@ -138,9 +138,3 @@ def synthetic_prompts(n: int, words: int, vocab_words: int, seed: int) -> list[s
     """`n` prompts of `words` random vocabulary words each (same length, so same prefill)."""
     rng = np.random.default_rng(seed)
     return [" ".join(f"w{i}" for i in rng.integers(0, vocab_words, words)) for _ in range(n)]
-
-
-def device_for(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device

@@ -37,6 +37,13 @@ def _dtype(dtype: str | torch.dtype) -> torch.dtype | str:
     return resolved
 
 
+def resolve_device(device: str) -> str:
+    """`"auto"` as `"cuda"` when a GPU is visible, else `"cpu"`; any other device as given."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
 def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "auto",
                device_map: Any = None, progress: bool = True) -> tuple[Any, Any]:
     """(model, tokenizer) for a hub id, folder, `.gguf` file or cached model name."""
@@ -51,8 +58,7 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
     folder = str(local) if local.exists() else path
     if local.suffix == ".gguf":
         folder, kwargs["gguf_file"] = str(local.parent), local.name
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(device)
     if progress:
         print(f"loading {ref} ...", file=sys.stderr, flush=True)
     try:

@@ -91,6 +91,7 @@ class ScriptedLM(torch.nn.Module):
         super().__init__()
         self.tokenizer, self.responder, self.sharpness = tokenizer, responder, sharpness
         self.eos = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        self._header: list[int] = tokenizer(ASSISTANT, add_special_tokens=False)["input_ids"]
         self.config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=16,
                                   num_hidden_layers=layers, num_attention_heads=1,
                                   num_key_value_heads=1, max_position_embeddings=32768)
@@ -122,7 +123,7 @@ class ScriptedLM(torch.nn.Module):
 
     def _reply_start(self, ids: list[int]) -> int:
         """Index just after the last `<|im_start|>assistant\n` header (the whole prompt if none)."""
-        header = self.tokenizer(ASSISTANT, add_special_tokens=False)["input_ids"]
+        header = self._header
         for i in range(len(ids) - len(header), -1, -1):
             if ids[i: i + len(header)] == header:
                 return i + len(header)
