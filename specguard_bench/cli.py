@@ -164,8 +164,9 @@ def add_calibrate_parser(
         "calibrate",
         help="fit the normaliser bounds (NormBounds JSON) on unlabeled problems",
         description="Runs the draft (every step accepted) on --n problems from --offset and "
-        "writes the 1st/99th percentiles of its step signals to --out. Keep the "
-        "slice disjoint from the one you evaluate.",
+        "writes the 1st/99th percentiles of the step signals to --out: the draft's own, or the "
+        "target's with --set scoring_model=target. Keep the slice disjoint from the one you "
+        "evaluate.",
     )
     p.add_argument("--dataset", choices=sorted(DATASETS), default="gsm8k")
     p.add_argument("--n", type=int, default=20)
@@ -211,7 +212,8 @@ def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
 
 
 def _synthetic(args: argparse.Namespace, sets: dict[str, Any]) -> None:
-    from specguard_bench.synthetic import SyntheticSettings, run_synthetic, synthetic_markdown
+    from specguard_bench.synthetic import SyntheticSettings, run_synthetic
+    from specguard_bench.synthetic_report import synthetic_markdown
 
     report = run_synthetic(
         SyntheticSettings(
@@ -241,7 +243,7 @@ def _set_threads(threads: int | None) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Handler of `bench`: 0 on success, 2 on bad options or a mismatched resume directory."""
-    from specguard_bench.harness import ResumeMismatch
+    from specguard_bench.store import ResumeMismatch
 
     _set_threads(args.threads)
     try:
@@ -255,7 +257,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Handler of `calibrate`: writes the bounds JSON and prints it."""
-    from specguard_bench.harness import CalibrateSettings, run_calibrate
+    from specguard_bench.calibrate import CalibrateSettings, run_calibrate
 
     _set_threads(args.threads)
     try:

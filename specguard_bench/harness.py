@@ -1,10 +1,8 @@
 """The benchmark run: all methods on the same problems, interleaved problem by problem, resumable.
 
-Output directory layout (`BenchSettings.out_dir`):
+Output directory (`BenchSettings.out_dir`): `results.jsonl` and `run.json`, the resumable store
+(`specguard_bench.store`), and the reports:
 
-- `results.jsonl`: one `ProblemRow` per (problem, method), appended and flushed as each finishes;
-  pairs already present are skipped on the next run (resume).
-- `run.json`: the settings that change results; a resumed run must match them.
 - `summary.json`, `results.md`, `results.png`: rewritten at the end of every run from all rows of
   the selected problems and methods.
 
@@ -29,21 +27,12 @@ from specguard_bench.answers import grade
 from specguard_bench.data import Problem, load_problems, messages_for
 from specguard_bench.methods import METHODS, check_methods, preset_of, run_method, specguard_config
 from specguard_bench.metrics import ProblemRow, markdown_table, specguard_fields, summarize
+from specguard_bench.store import RESULTS, append_row, check_resume, load_rows, pending_pairs
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig
 from specguard_core.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
-RESULTS, RUN, SUMMARY, TABLE, PLOT = (
-    "results.jsonl",
-    "run.json",
-    "summary.json",
-    "results.md",
-    "results.png",
-)
+SUMMARY, TABLE, PLOT = "summary.json", "results.md", "results.png"
 WARMUP_PROMPT = "What is 2 + 3?"
-
-
-class ResumeMismatch(RuntimeError):
-    """The output directory holds results made with different settings."""
 
 
 @dataclass(frozen=True)
@@ -81,66 +70,6 @@ class BenchSettings:
             "dtype": self.dtype,
             "bounds": bounds.model_dump() if bounds is not None else None,
         }
-
-
-# --------------------------------------------------------------------------- results file
-
-
-def load_rows(path: Path) -> list[ProblemRow]:
-    """Rows of a results JSONL file ([] if missing). A truncated last line (a run killed while
-    writing) is skipped; any other bad line raises ValueError."""
-    if not path.exists():
-        return []
-    lines = path.read_text().splitlines()
-    rows = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(ProblemRow.from_dict(json.loads(line)))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise ValueError(f"{path}:{i + 1} is not valid JSON") from None
-    return rows
-
-
-def append_row(path: Path, row: ProblemRow) -> None:
-    """Append one row as a JSON line and flush it to disk."""
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps(row.to_dict(), ensure_ascii=False) + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-
-
-def check_resume(out_dir: Path, fingerprint: Mapping[str, Any]) -> None:
-    """Record `fingerprint` in `run.json`, or raise ResumeMismatch if the directory already holds
-    results made with different settings."""
-    path = out_dir / RUN
-    current = json.loads(json.dumps(fingerprint))  # normalise tuples, floats as JSON sees them
-    if path.exists():
-        previous = json.loads(path.read_text())
-        if previous != current and (out_dir / RESULTS).exists():
-            diff = sorted(k for k in {*previous, *current} if previous.get(k) != current.get(k))
-            raise ResumeMismatch(
-                f"{out_dir} holds results made with other settings ({', '.join(diff)} differ); "
-                "use a new --out directory or delete it"
-            )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(current, indent=2) + "\n")
-
-
-def pending_pairs(
-    problems: Sequence[Problem], methods: Sequence[str], done: set[tuple[str, str]]
-) -> list[tuple[Problem, str]]:
-    """The (problem, method) pairs still to run, problem by problem, methods rotated per problem."""
-    pairs = []
-    for pos, problem in enumerate(problems):
-        shift = pos % len(methods)
-        for method in (*methods[shift:], *methods[:shift]):
-            if (problem.uid, method) not in done:
-                pairs.append((problem, method))
-    return pairs
 
 
 # --------------------------------------------------------------------------- running
@@ -330,7 +259,9 @@ def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
     done = {(r.uid, r.method) for r in load_rows(results)}
     pairs = pending_pairs(problems, methods, done)
     if pairs:
-        engine = engine or _load(settings)
+        engine = engine or load_engine(
+            settings.draft, settings.target, settings.device, settings.dtype, settings.progress, settings.sets
+        )
         if settings.warmup:
             warm_up(engine, sorted({m for _, m in pairs}), settings)
         for problem, method in _iterate(pairs, settings.progress):
@@ -342,60 +273,3 @@ def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
     summary = build_summary(rows, settings, bounds, base, env)
     write_reports(out_dir, summary)
     return summary
-
-
-def _load(settings: BenchSettings | CalibrateSettings) -> Any:
-    """The engine that `settings` name (models, device, dtype, config overrides)."""
-    return load_engine(
-        settings.draft, settings.target, settings.device, settings.dtype, settings.progress, settings.sets
-    )
-
-
-# --------------------------------------------------------------------------- calibration
-
-
-@dataclass(frozen=True)
-class CalibrateSettings:
-    """`specguard calibrate`: fit NormBounds on `n` problems from `offset` (keep this slice
-    disjoint from the evaluated one), with `preset` and `sets` as the SpecGuard config."""
-
-    out: Path
-    dataset: str = "gsm8k"
-    n: int = 20
-    offset: int = 500
-    seed: int = 0
-    preset: str = "fast"
-    sets: Mapping[str, Any] = field(default_factory=dict)
-    max_new_tokens: int = 700
-    draft: str = DEFAULT_DRAFT
-    target: str = DEFAULT_TARGET
-    device: str = "auto"
-    dtype: str = "bfloat16"
-    low_q: float = 1.0
-    high_q: float = 99.0
-    progress: bool = True
-
-
-def run_calibrate(settings: CalibrateSettings, engine: Any = None) -> NormBounds:
-    """Fit the normaliser bounds with `engine.calibrate` on the selected problems and save them
-    to `settings.out` (NormBounds.save). Only the draft runs (every step is accepted)."""
-    problems = load_problems(settings.dataset, settings.n, settings.offset)
-    engine = engine or _load(settings)
-    config = specguard_config(
-        engine.config,
-        f"specguard-{settings.preset}",
-        settings.sets,
-        max_new_tokens=settings.max_new_tokens,
-    )
-    prompts = [messages_for(p.question) for p in problems]
-    # engine.calibrate iterates its prompts once, so a tqdm wrapper shows per-problem progress
-    bar = tqdm(prompts, desc="calibrate", unit="problem", disable=not settings.progress)
-    bounds: NormBounds = engine.calibrate(
-        bar,
-        low_q=settings.low_q,
-        high_q=settings.high_q,
-        **config.merged(seed=settings.seed).model_dump(),
-    )
-    settings.out.parent.mkdir(parents=True, exist_ok=True)
-    bounds.save(settings.out)
-    return bounds

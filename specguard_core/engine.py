@@ -163,8 +163,9 @@ class SpecGuardEngine:
 
     def calibrate(self, prompts: Sequence[str | Sequence[Message]], low_q: float = 1.0,
                   high_q: float = 99.0, path: str | None = None, **overrides: Any) -> NormBounds:
-        """Fit the normaliser bounds to percentiles of the draft's own step signals on unlabeled
-        prompts (every draft step is accepted meanwhile, so the target never runs)."""
+        """Fit the normaliser bounds to percentiles of the step signals on unlabeled prompts.
+        Every draft step is accepted meanwhile; the signals are the draft's own, or the target's
+        when `scoring_model="target"` (then the target runs, but only to score)."""
         conf, ground = [], []
         for prompt in prompts:
             for step in self.generate(prompt, **{**overrides, "tau": -math.inf}).steps:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from specguard_bench.cli import main, parse_sets
-from specguard_bench.harness import RESULTS, load_rows
 from specguard_bench.methods import METHODS, specguard_config, split_overrides
+from specguard_bench.store import RESULTS, load_rows
 from specguard_core.config import NormBounds, SpecGuardConfig
 
 

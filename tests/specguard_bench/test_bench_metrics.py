@@ -10,15 +10,7 @@ from typing import Any
 import pytest
 
 from specguard_bench.data import Problem
-from specguard_bench.harness import (
-    RESULTS,
-    BenchSettings,
-    ResumeMismatch,
-    append_row,
-    check_resume,
-    load_rows,
-    pending_pairs,
-)
+from specguard_bench.harness import BenchSettings
 from specguard_bench.metrics import (
     ProblemRow,
     acceptance_by_step,
@@ -28,6 +20,7 @@ from specguard_bench.metrics import (
     step_entry,
     summarize,
 )
+from specguard_bench.store import RESULTS, ResumeMismatch, append_row, check_resume, load_rows, pending_pairs
 from specguard_core.config import PRESETS
 from specguard_core.types import StepRecord
 

@@ -1,0 +1,66 @@
+"""`specguard calibrate`: fit the normaliser bounds on a slice kept apart from the evaluated one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from specguard_bench.data import load_problems, messages_for
+from specguard_bench.harness import load_engine
+from specguard_bench.methods import specguard_config
+from specguard_core.config import NormBounds
+from specguard_core.models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+
+@dataclass(frozen=True)
+class CalibrateSettings:
+    """`specguard calibrate`: fit NormBounds on `n` problems from `offset` (keep this slice
+    disjoint from the evaluated one), with `preset` and `sets` as the SpecGuard config."""
+
+    out: Path
+    dataset: str = "gsm8k"
+    n: int = 20
+    offset: int = 500
+    seed: int = 0
+    preset: str = "fast"
+    sets: Mapping[str, Any] = field(default_factory=dict)
+    max_new_tokens: int = 700
+    draft: str = DEFAULT_DRAFT
+    target: str = DEFAULT_TARGET
+    device: str = "auto"
+    dtype: str = "bfloat16"
+    low_q: float = 1.0
+    high_q: float = 99.0
+    progress: bool = True
+
+
+def run_calibrate(settings: CalibrateSettings, engine: Any = None) -> NormBounds:
+    """Fit the normaliser bounds with `engine.calibrate` on the selected problems and save them
+    to `settings.out` (NormBounds.save). Every draft step is accepted; the target
+    runs only to score the steps when the config says `scoring_model="target"`."""
+    problems = load_problems(settings.dataset, settings.n, settings.offset)
+    engine = engine or load_engine(
+        settings.draft, settings.target, settings.device, settings.dtype, settings.progress, settings.sets
+    )
+    config = specguard_config(
+        engine.config,
+        f"specguard-{settings.preset}",
+        settings.sets,
+        max_new_tokens=settings.max_new_tokens,
+    )
+    prompts = [messages_for(p.question) for p in problems]
+    # engine.calibrate iterates its prompts once, so a tqdm wrapper shows per-problem progress
+    bar = tqdm(prompts, desc="calibrate", unit="problem", disable=not settings.progress)
+    bounds: NormBounds = engine.calibrate(
+        bar,
+        low_q=settings.low_q,
+        high_q=settings.high_q,
+        **config.merged(seed=settings.seed).model_dump(),
+    )
+    settings.out.parent.mkdir(parents=True, exist_ok=True)
+    bounds.save(settings.out)
+    return bounds

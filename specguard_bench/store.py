@@ -1,0 +1,80 @@
+"""The resumable results store of a benchmark run (one output directory).
+
+- `results.jsonl`: one `ProblemRow` per (problem, method), appended and flushed as each finishes;
+  pairs already present are skipped on the next run (resume).
+- `run.json`: the settings that change results (a fingerprint); a resumed run must match them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from specguard_bench.data import Problem
+from specguard_bench.metrics import ProblemRow
+
+RESULTS, RUN = "results.jsonl", "run.json"
+
+
+class ResumeMismatch(RuntimeError):
+    """The output directory holds results made with different settings."""
+
+
+def load_rows(path: Path) -> list[ProblemRow]:
+    """Rows of a results JSONL file ([] if missing). A truncated last line (a run killed while
+    writing) is skipped; any other bad line raises ValueError."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(ProblemRow.from_dict(json.loads(line)))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}:{i + 1} is not valid JSON") from None
+    return rows
+
+
+def append_row(path: Path, row: ProblemRow) -> None:
+    """Append one row as a JSON line and flush it to disk."""
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(row.to_dict(), ensure_ascii=False) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def check_resume(out_dir: Path, fingerprint: Mapping[str, Any]) -> None:
+    """Record `fingerprint` in `run.json`, or raise ResumeMismatch if the directory already holds
+    results made with different settings."""
+    path = out_dir / RUN
+    current = json.loads(json.dumps(fingerprint))  # normalise tuples, floats as JSON sees them
+    if path.exists():
+        previous = json.loads(path.read_text())
+        if previous != current and (out_dir / RESULTS).exists():
+            diff = sorted(k for k in {*previous, *current} if previous.get(k) != current.get(k))
+            raise ResumeMismatch(
+                f"{out_dir} holds results made with other settings ({', '.join(diff)} differ); "
+                "use a new --out directory or delete it"
+            )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(current, indent=2) + "\n")
+
+
+def pending_pairs(
+    problems: Sequence[Problem], methods: Sequence[str], done: set[tuple[str, str]]
+) -> list[tuple[Problem, str]]:
+    """The (problem, method) pairs still to run, problem by problem, methods rotated per problem."""
+    pairs = []
+    for pos, problem in enumerate(problems):
+        shift = pos % len(methods)
+        for method in (*methods[shift:], *methods[:shift]):
+            if (problem.uid, method) not in done:
+                pairs.append((problem, method))
+    return pairs
