@@ -12,6 +12,11 @@ from typing import Any
 
 from math_verify import parse, verify
 
+# math-verify gives up after its timeout and then returns no answer, which grades a right answer as
+# wrong; its 5 s default was hit by a starved process on a loaded 2-core machine. 30 s leaves room for
+# that and still bounds a sympy hang.
+TIMEOUT_S = 30
+
 
 @dataclass(frozen=True)
 class Grade:
@@ -44,7 +49,7 @@ def parse_gold(gold: str) -> list[Any]:
     """Parse a gold answer (a number or a LaTeX expression) with math-verify: first as
     `\\boxed{gold}`, then as `$gold$`, then as plain text."""
     for wrapped in (f"\\boxed{{{gold}}}", f"${gold}$", gold):
-        parsed: list[Any] = parse(wrapped)
+        parsed: list[Any] = parse(wrapped, parsing_timeout=TIMEOUT_S)
         if parsed:
             return parsed
     return []
@@ -52,7 +57,7 @@ def parse_gold(gold: str) -> list[Any]:
 
 def grade(completion: str, gold: str) -> Grade:
     """Extract the answer of `completion` and check it against `gold` with math-verify."""
-    predicted: list[Any] = parse(completion)
-    correct = bool(predicted) and bool(verify(parse_gold(gold), predicted))
+    predicted: list[Any] = parse(completion, parsing_timeout=TIMEOUT_S)
+    correct = bool(predicted) and bool(verify(parse_gold(gold), predicted, timeout_seconds=TIMEOUT_S))
     shown = str(predicted[-1]) if predicted else None
     return Grade(correct, shown, last_boxed(completion))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from specguard_bench import answers
 from specguard_bench.answers import grade, last_boxed, parse_gold
 from specguard_bench.data import INSTRUCTION, gsm8k_gold, load_problems, messages_for
 
@@ -67,6 +70,24 @@ def test_grade_reports_what_it_extracted() -> None:
     g = grade("first 3, finally \\boxed{42}", "42")
     assert g.correct and g.predicted == "42" and g.boxed == "42"
     assert grade("nothing here", "1").predicted is None
+
+
+def test_grade_gives_math_verify_a_generous_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """math-verify's 5 s default made a starved process grade a right answer wrong."""
+    seen: list[tuple[str, object]] = []
+
+    def recording(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            seen.append((name, kwargs.get("parsing_timeout", kwargs.get("timeout_seconds"))))
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(answers, "parse", recording("parse", answers.parse))
+    monkeypatch.setattr(answers, "verify", recording("verify", answers.verify))
+    assert grade("\\boxed{(3, \\frac{\\pi}{2})}", "\\left( 3, \\frac{\\pi}{2} \\right)").correct
+    assert {name for name, _ in seen} == {"parse", "verify"}
+    assert all(timeout == answers.TIMEOUT_S >= 30 for _, timeout in seen), seen
 
 
 def test_every_shipped_gold_answer_parses() -> None:
