@@ -43,9 +43,7 @@ def run_calibrate(settings: CalibrateSettings, engine: Any = None) -> NormBounds
     to `settings.out` (NormBounds.save). Every draft step is accepted; the target
     runs only to score the steps when the config says `scoring_model="target"`."""
     problems = load_problems(settings.dataset, settings.n, settings.offset)
-    engine = engine or load_engine(
-        settings.draft, settings.target, settings.device, settings.dtype, settings.progress, settings.sets
-    )
+    engine = engine or load_engine(settings)
     config = specguard_config(
         engine.config,
         f"specguard-{settings.preset}",

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
@@ -81,14 +81,35 @@ def base_config(sets: Mapping[str, Any]) -> SpecGuardConfig:
     return SpecGuardConfig().merged(**{k: v for k, v in sets.items() if "." not in k})
 
 
-def load_engine(
-    draft: str, target: str, device: str, dtype: str, progress: bool, sets: Mapping[str, Any]
-) -> Any:
-    """SpecGuardEngine.from_pretrained for the pair (cached registry names resolve offline)."""
+class PairSettings(Protocol):
+    """What loading the pair needs; `BenchSettings` and `CalibrateSettings` both have it."""
+
+    @property
+    def draft(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def progress(self) -> bool: ...
+    @property
+    def sets(self) -> Mapping[str, Any]: ...
+
+
+def load_engine(settings: PairSettings) -> Any:
+    """SpecGuardEngine.from_pretrained for the pair that `settings` name (cached registry names
+    resolve offline), with the unscoped `--set` overrides as the engine's config."""
     from specguard_core import SpecGuardEngine
 
     return SpecGuardEngine.from_pretrained(
-        draft, target, device=device, dtype=dtype, progress=progress, config=base_config(sets)
+        settings.draft,
+        settings.target,
+        device=settings.device,
+        dtype=settings.dtype,
+        progress=settings.progress,
+        config=base_config(settings.sets),
     )
 
 
@@ -259,9 +280,7 @@ def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
     done = {(r.uid, r.method) for r in load_rows(results)}
     pairs = pending_pairs(problems, methods, done)
     if pairs:
-        engine = engine or load_engine(
-            settings.draft, settings.target, settings.device, settings.dtype, settings.progress, settings.sets
-        )
+        engine = engine or load_engine(settings)
         if settings.warmup:
             warm_up(engine, sorted({m for _, m in pairs}), settings)
         for problem, method in _iterate(pairs, settings.progress):
