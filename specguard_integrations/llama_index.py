@@ -61,7 +61,6 @@ from specguard_core.types import StepRecord
 from specguard_integrations.llama_index_convert import (
     Turn,
     chat_response,
-    complete_last,
     to_engine_messages,
     tool_selections,
     trace,
@@ -81,29 +80,19 @@ def _asteps(stream: GenerationStream) -> AsyncGenerator[StepRecord, None]:
 
 
 def _stream_responses(stream: GenerationStream, turn: Turn) -> ChatResponseGen:
-    last = None
     with stream:  # leaving early (close, garbage collection) stops the engine
         for step in stream:
-            last = turn.add(step)
-            yield last
-    final = chat_response(stream.result)
-    if last is None:
+            yield turn.add(step)
+    if (final := turn.finish(stream.result)) is not None:
         yield final
-    else:
-        complete_last(last, final)
 
 
 async def _astream_responses(stream: GenerationStream, turn: Turn) -> ChatResponseAsyncGen:
-    last = None
     async with aclosing(_asteps(stream)) as steps:
         async for step in steps:
-            last = turn.add(step)
-            yield last
-    final = chat_response(stream.result)
-    if last is None:
+            yield turn.add(step)
+    if (final := turn.finish(stream.result)) is not None:
         yield final
-    else:
-        complete_last(last, final)
 
 
 # ---- the LLM -----------------------------------------------------------------------------------

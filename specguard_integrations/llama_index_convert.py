@@ -152,12 +152,6 @@ def chat_response(result: GenerationResult) -> ChatResponse:
     )
 
 
-def complete_last(last: ChatResponse, final: ChatResponse) -> None:
-    """Make the last streamed chunk carry the finished call (message, raw, whole trace)."""
-    last.message, last.raw = final.message, final.raw
-    last.additional_kwargs.update(final.additional_kwargs)
-
-
 @dataclass
 class Turn:
     """The assistant turn as steps are committed: one `ChatResponse` per step."""
@@ -167,8 +161,10 @@ class Turn:
     thinking: str = ""
     calls: list[ToolCall] = field(default_factory=list)
     completion_tokens: int = 0
+    last: ChatResponse | None = None
 
     def add(self, step: StepRecord) -> ChatResponse:
+        """The chunk for one committed step (its delta, the message so far)."""
         self.completion_tokens += len(step.token_ids)
         delta, thinking_delta = "", None
         if step.kind == "answer":
@@ -179,10 +175,22 @@ class Turn:
             self.thinking += thinking_delta
         elif step.tool_call is not None and step.tool_call.valid:
             self.calls.append(step.tool_call)
-        return ChatResponse(
+        self.last = ChatResponse(
             message=_message(self.content.strip(), self.thinking.strip(), self.calls),
             delta=delta,
             raw={"usage": _usage(self.prompt_tokens, self.completion_tokens)},
             additional_kwargs={"thinking_delta": thinking_delta,
                                "specguard_step": step.to_dict()},
         )
+        return self.last
+
+    def finish(self, result: GenerationResult) -> ChatResponse | None:
+        """At the end of the stream: the last chunk already sent now carries the finished call
+        (message, raw, whole trace) and None is returned; with no step streamed, the finished
+        call is returned as the one chunk to send."""
+        final = chat_response(result)
+        if self.last is None:
+            return final
+        self.last.message, self.last.raw = final.message, final.raw
+        self.last.additional_kwargs.update(final.additional_kwargs)
+        return None
