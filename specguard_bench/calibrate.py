@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from specguard_bench.data import load_problems, messages_for
-from specguard_bench.harness import load_engine
+from specguard_bench.harness import PairSettings, load_engine
 from specguard_bench.methods import specguard_config
 from specguard_core.config import NormBounds
-from specguard_core.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 @dataclass(frozen=True)
-class CalibrateSettings:
+class CalibrateSettings(PairSettings):
     """`specguard calibrate`: fit NormBounds on `n` problems from `offset` (keep this slice
-    disjoint from the evaluated one), with `preset` and `sets` as the SpecGuard config."""
+    disjoint from the evaluated one), with `preset` and `sets` as the SpecGuard config (the
+    pair's fields are keyword-only)."""
 
     out: Path
     dataset: str = "gsm8k"
@@ -27,15 +26,9 @@ class CalibrateSettings:
     offset: int = 500
     seed: int = 0
     preset: str = "fast"
-    sets: Mapping[str, Any] = field(default_factory=dict)
     max_new_tokens: int = 700
-    draft: str = DEFAULT_DRAFT
-    target: str = DEFAULT_TARGET
-    device: str = "auto"
-    dtype: str = "bfloat16"
     low_q: float = 1.0
     high_q: float = 99.0
-    progress: bool = True
 
 
 def run_calibrate(settings: CalibrateSettings, engine: Any = None) -> NormBounds:

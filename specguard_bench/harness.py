@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -35,10 +35,24 @@ SUMMARY, TABLE, PLOT = "summary.json", "results.md", "results.png"
 WARMUP_PROMPT = "What is 2 + 3?"
 
 
+@dataclass(frozen=True, kw_only=True)
+class PairSettings:
+    """The model pair and how to load it, shared by `BenchSettings` and `CalibrateSettings`.
+    `sets` are SpecGuardConfig overrides for the SpecGuard methods (`k=4`, or `fast.k=4` for
+    one preset)."""
+
+    draft: str = DEFAULT_DRAFT
+    target: str = DEFAULT_TARGET
+    device: str = "auto"
+    dtype: str = "bfloat16"
+    sets: Mapping[str, Any] = field(default_factory=dict)
+    progress: bool = True
+
+
 @dataclass(frozen=True)
-class BenchSettings:
-    """Everything a benchmark run depends on. `sets` are SpecGuardConfig overrides for the
-    SpecGuard methods (`k=4`, or `fast.k=4` for one preset); `bounds_path` a NormBounds JSON."""
+class BenchSettings(PairSettings):
+    """Everything a benchmark run depends on (the pair's fields are keyword-only);
+    `bounds_path` is a NormBounds JSON."""
 
     out_dir: Path
     dataset: str = "gsm8k"
@@ -46,15 +60,9 @@ class BenchSettings:
     offset: int = 0
     seed: int = 0
     methods: tuple[str, ...] = METHODS
-    sets: Mapping[str, Any] = field(default_factory=dict)
     max_new_tokens: int = 700
-    draft: str = DEFAULT_DRAFT
-    target: str = DEFAULT_TARGET
-    device: str = "auto"
-    dtype: str = "bfloat16"
     bounds_path: Path | None = None
     warmup: bool = True
-    progress: bool = True
 
     def fingerprint(self, bounds: NormBounds | None) -> dict[str, Any]:
         """The settings that change a (problem, method) result; resuming requires equality.
@@ -79,23 +87,6 @@ def base_config(sets: Mapping[str, Any]) -> SpecGuardConfig:
     """The engine's construction-time config: defaults plus the unscoped `--set` overrides (so
     e.g. `heterogeneous=true` reaches the engine's constructor)."""
     return SpecGuardConfig().merged(**{k: v for k, v in sets.items() if "." not in k})
-
-
-class PairSettings(Protocol):
-    """What loading the pair needs; `BenchSettings` and `CalibrateSettings` both have it."""
-
-    @property
-    def draft(self) -> str: ...
-    @property
-    def target(self) -> str: ...
-    @property
-    def device(self) -> str: ...
-    @property
-    def dtype(self) -> str: ...
-    @property
-    def progress(self) -> bool: ...
-    @property
-    def sets(self) -> Mapping[str, Any]: ...
 
 
 def load_engine(settings: PairSettings) -> Any:

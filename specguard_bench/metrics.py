@@ -241,7 +241,8 @@ def summarize(rows: Sequence[ProblemRow], methods: Sequence[str]) -> dict[str, M
     return out
 
 
-def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+def fmt_cell(value: float | None, spec: str, suffix: str = "") -> str:
+    """A table cell: `value` formatted with `spec` and `suffix`, or "–" when it is missing."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     return f"{value:{spec}}{suffix}"
@@ -256,14 +257,14 @@ def markdown_table(summaries: Mapping[str, MethodSummary]) -> str:
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for s in summaries.values():
-        prefilled = f"{_fmt(s.prefilled_draft_mean, '.0f')}/{_fmt(s.prefilled_target_mean, '.0f')}"
+        prefilled = f"{fmt_cell(s.prefilled_draft_mean, '.0f')}/{fmt_cell(s.prefilled_target_mean, '.0f')}"
         lines.append(
             f"| {s.method} | {s.accuracy:.1%} ({s.n_correct}/{s.n}) | {s.latency_median_s:.2f} | "
             f"{s.latency_mean_s:.2f} | {s.tokens_per_s:.1f} | "
-            f"{_fmt(s.speedup_vs_target, '.2f', 'x')} | "
-            f"{_fmt(s.speedup_vs_token_sd, '.2f', 'x')} | "
-            f"{_fmt(s.target_step_fraction, '.1%')} | {_fmt(s.target_token_fraction, '.1%')} | "
-            f"{_fmt(s.acceptance_rate, '.1%')} | {_fmt(s.overhead_share, '.1%')} | {prefilled} | "
-            f"{_fmt(s.measured_over_ideal, '.2f', 'x')} | {s.truncated} |"
+            f"{fmt_cell(s.speedup_vs_target, '.2f', 'x')} | "
+            f"{fmt_cell(s.speedup_vs_token_sd, '.2f', 'x')} | "
+            f"{fmt_cell(s.target_step_fraction, '.1%')} | {fmt_cell(s.target_token_fraction, '.1%')} | "
+            f"{fmt_cell(s.acceptance_rate, '.1%')} | {fmt_cell(s.overhead_share, '.1%')} | {prefilled} | "
+            f"{fmt_cell(s.measured_over_ideal, '.2f', 'x')} | {s.truncated} |"
         )
     return "\n".join(lines) + "\n"

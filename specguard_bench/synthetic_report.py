@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specguard_bench.metrics import fmt_cell
+
 
 def synthetic_markdown(report: Mapping[str, Any]) -> str:
     """The report's tables as markdown."""
@@ -25,7 +27,7 @@ def synthetic_markdown(report: Mapping[str, Any]) -> str:
         lines.append(
             f"| {r['requested']:.0%} | {r['achieved']:.0%} | {r['tau']:.3f} | "
             f"{r['latency_s']:.3f} | {r['ideal_latency_s']:.3f} | {r['speedup_vs_target']:.2f}x | "
-            f"{'–' if ratio is None else f'{ratio:.2f}x'} |"
+            f"{fmt_cell(ratio, '.2f', 'x')} |"
         )
     lines += [
         "",
@@ -44,7 +46,7 @@ def synthetic_markdown(report: Mapping[str, Any]) -> str:
         "",
         "Grounding capture: propose time per step with capture off (beta=1, 0 layers) and with the "
         f"last layers captured; at the default {cap['default_layers']} layers capture is "
-        f"{'–' if share is None else f'{share:.0%}'} of propose time.",
+        f"{fmt_cell(share, '.0%')} of propose time.",
         "",
         "| captured layers | propose ms/step | score ms/step |",
         "|---|---|---|",
