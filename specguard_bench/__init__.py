@@ -9,5 +9,3 @@ Heavy modules (torch, transformers, math-verify) are imported by the submodules 
 
 from __future__ import annotations
 
-__all__ = ["__version__"]
-__version__ = "0.1.0"

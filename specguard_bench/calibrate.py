@@ -50,7 +50,7 @@ def run_calibrate(settings: CalibrateSettings, engine: Any = None) -> NormBounds
         bar,
         low_q=settings.low_q,
         high_q=settings.high_q,
-        **config.merged(seed=settings.seed).model_dump(),
+        config=config.merged(seed=settings.seed),
     )
     settings.out.parent.mkdir(parents=True, exist_ok=True)
     bounds.save(settings.out)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,46 +17,8 @@ from typing import Any
 
 from specguard_bench.data import DATASETS
 from specguard_bench.methods import METHODS
-from specguard_core.config import PRESETS, SpecGuardConfig
-from specguard_core.models import DEFAULT_DRAFT, DEFAULT_TARGET
-
-_SPECIAL_FLOATS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf}
-
-
-def parse_value(text: str) -> Any:
-    """A `--set` value: JSON (`4`, `0.6`, `true`, `["\\n\\n"]`), `inf`/`-inf`, else the string."""
-    if text.strip().lower() in _SPECIAL_FLOATS:
-        return _SPECIAL_FLOATS[text.strip().lower()]
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def parse_sets(items: Sequence[str]) -> dict[str, Any]:
-    """`["k=4", "fast.tau=0.6"]` -> `{"k": 4, "fast.tau": 0.6}`, validated: keys must be
-    SpecGuardConfig fields (optionally scoped `<preset>.<field>`) and the values must pass the
-    config's validation. Raises ValueError with the offending item."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        key = key.strip()
-        scope, _, name = key.rpartition(".")
-        if scope and scope not in PRESETS:
-            raise ValueError(f"--set {item!r}: unknown preset {scope!r}; use {sorted(PRESETS)}")
-        if name not in SpecGuardConfig.model_fields:
-            raise ValueError(f"--set {item!r}: {name!r} is not a SpecGuardConfig field")
-        value = parse_value(raw)
-        if isinstance(value, list):
-            value = tuple(value)
-        try:
-            SpecGuardConfig().merged(**{name: value})
-        except ValueError as err:
-            raise ValueError(f"--set {item!r}: {err}") from None
-        out[key] = value
-    return out
+from specguard_core.config import PRESETS, parse_sets, parse_value  # noqa: F401 (re-exported)
+from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 def _csv(kind: type) -> Any:
@@ -91,6 +52,11 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="SpecGuardConfig override for the SpecGuard methods, repeatable "
         "(k=4, tau=0.6; fast.k=4 for one preset)",
+    )
+    parser.add_argument(
+        "--heterogeneous",
+        action="store_true",
+        help="draft and target have different tokenizers (steps cross between them as text)",
     )
     parser.add_argument("--max-new-tokens", type=int, default=700, help="default %(default)s")
     parser.add_argument("--seed", type=int, default=0)
@@ -202,6 +168,7 @@ def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
             target=args.target,
             device=args.device,
             dtype=args.dtype or "bfloat16",
+            heterogeneous=args.heterogeneous,
             bounds_path=args.bounds,
             warmup=not args.no_warmup,
             progress=not args.no_progress,
@@ -275,6 +242,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 target=args.target,
                 device=args.device,
                 dtype=args.dtype or "bfloat16",
+                heterogeneous=args.heterogeneous,
                 low_q=args.low_q,
                 high_q=args.high_q,
                 progress=not args.no_progress,

@@ -29,7 +29,7 @@ from specguard_bench.methods import METHODS, check_methods, preset_of, run_metho
 from specguard_bench.metrics import ProblemRow, markdown_table, specguard_fields, summarize
 from specguard_bench.store import RESULTS, append_row, check_resume, load_rows, pending_pairs
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig
-from specguard_core.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 SUMMARY, TABLE, PLOT = "summary.json", "results.md", "results.png"
 WARMUP_PROMPT = "What is 2 + 3?"
@@ -46,6 +46,7 @@ class PairSettings:
     device: str = "auto"
     dtype: str = "bfloat16"
     sets: Mapping[str, Any] = field(default_factory=dict)
+    heterogeneous: bool = False  # EngineConfig: a pair with different tokenizers
     progress: bool = True
 
 
@@ -77,6 +78,8 @@ class BenchSettings(PairSettings):
             "device": self.device,
             "dtype": self.dtype,
             "bounds": bounds.model_dump() if bounds is not None else None,
+            # only when set, so runs stored before the field existed still resume
+            **({"heterogeneous": True} if self.heterogeneous else {}),
         }
 
 
@@ -84,15 +87,14 @@ class BenchSettings(PairSettings):
 
 
 def base_config(sets: Mapping[str, Any]) -> SpecGuardConfig:
-    """The engine's construction-time config: defaults plus the unscoped `--set` overrides (so
-    e.g. `heterogeneous=true` reaches the engine's constructor)."""
+    """The engine's default request config: defaults plus the unscoped `--set` overrides."""
     return SpecGuardConfig().merged(**{k: v for k, v in sets.items() if "." not in k})
 
 
 def load_engine(settings: PairSettings) -> Any:
     """SpecGuardEngine.from_pretrained for the pair that `settings` name (cached registry names
     resolve offline), with the unscoped `--set` overrides as the engine's config."""
-    from specguard_core import SpecGuardEngine
+    from specguard_core import EngineConfig, SpecGuardEngine
 
     return SpecGuardEngine.from_pretrained(
         settings.draft,
@@ -101,6 +103,7 @@ def load_engine(settings: PairSettings) -> Any:
         dtype=settings.dtype,
         progress=settings.progress,
         config=base_config(settings.sets),
+        engine_config=EngineConfig(heterogeneous=settings.heterogeneous),
     )
 
 

@@ -16,16 +16,15 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
-
-import torch
-from transformers import GenerationConfig
+from typing import TYPE_CHECKING, Any, cast
 
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig
 from specguard_core.types import GenerationResult
 
+if TYPE_CHECKING:  # torch and transformers load only when a method runs (`specguard --help` stays fast)
+    from transformers import GenerationConfig
+
 METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-paper", "specguard-fast")
-BASELINES: tuple[str, ...] = ("target", "draft", "token-sd")
 
 
 @dataclass
@@ -88,6 +87,8 @@ def greedy_config(
 ) -> GenerationConfig:
     """A fresh greedy generation config (no sampling, no repetition penalty from the model's own
     generation_config), stopping at any of `eos_ids`."""
+    from transformers import GenerationConfig
+
     eos = sorted(eos_ids)
     config: GenerationConfig = cast(Any, GenerationConfig)(
         do_sample=False,
@@ -99,6 +100,8 @@ def greedy_config(
 
 
 def _sync(model: Any) -> None:
+    import torch
+
     device = next(model.parameters()).device
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -107,6 +110,8 @@ def _sync(model: Any) -> None:
 def _hf_run(
     engine: Any, method: str, messages: Sequence[Mapping[str, Any]], max_new_tokens: int
 ) -> MethodOutput:
+    import torch
+
     handle = engine.draft if method == "draft" else engine.target
     t0 = time.perf_counter()
     if handle is engine.target or getattr(engine, "same_vocab", True):
@@ -149,7 +154,7 @@ def _specguard_run(
     engine: Any, config: SpecGuardConfig, messages: Sequence[Mapping[str, Any]]
 ) -> MethodOutput:
     t0 = time.perf_counter()
-    res: GenerationResult = engine.generate(list(messages), **config.model_dump())
+    res: GenerationResult = engine.generate(list(messages), config=config)
     _sync(engine.target.model)
     latency = time.perf_counter() - t0
     return MethodOutput(
@@ -178,6 +183,8 @@ def run_method(
     (pass a per-problem seed so runs are reproducible and resumable); `sets`/`bounds` apply to the
     SpecGuard methods only. `text` is everything generated (for SpecGuard the raw committed text,
     reasoning included), which is what the answer is extracted from."""
+    import torch
+
     torch.manual_seed(seed)
     if preset_of(method) is None:
         return _hf_run(engine, method, messages, max_new_tokens)

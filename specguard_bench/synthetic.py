@@ -51,7 +51,7 @@ from specguard_bench.synthetic_models import (
 )
 from specguard_bench.synthetic_report import write_synthetic
 from specguard_core.config import NormBounds, SpecGuardConfig, preset
-from specguard_core.loading import resolve_device
+from specguard_core.models.loading import resolve_device
 from specguard_core.types import GenerationResult
 
 
@@ -122,7 +122,7 @@ def run_specguard(
     runs = Runs()
     for i, prompt in enumerate(prompts):
         t0 = time.perf_counter()
-        res = engine.generate(prompt, **config.merged(seed=seed + i).model_dump())
+        res = engine.generate(prompt, config=config.merged(seed=seed + i))
         _sync(device)
         runs.add(time.perf_counter() - t0, res)
     return runs
@@ -145,7 +145,7 @@ def step_scores(engine: Any, prompts: Sequence[str], config: SpecGuardConfig) ->
     """The draft's step scores with every step accepted (tau = -inf)."""
     scores = []
     for i, prompt in enumerate(prompts):
-        res = engine.generate(prompt, **config.merged(tau=-math.inf, seed=10_000 + i).model_dump())
+        res = engine.generate(prompt, config=config.merged(tau=-math.inf, seed=10_000 + i))
         scores += [s.score for s in res.steps if s.score is not None]
     return scores
 
@@ -293,7 +293,7 @@ def run_synthetic(settings: SyntheticSettings) -> dict[str, Any]:
     target_s = baseline_latency(engine, "target", prompts, new_tokens)
     draft_s = baseline_latency(engine, "draft", prompts, new_tokens)
     stages.update(2)
-    bounds: NormBounds = engine.calibrate(calib, **config.model_dump())
+    bounds: NormBounds = engine.calibrate(calib, config=config)
     config = config.merged(bounds=bounds)
     scores = step_scores(engine, calib, config)
     stages.update(1)

@@ -1,10 +1,30 @@
-"""SpecGuard core: step-level speculative reasoning with model-internal verification."""
+"""SpecGuard core: step-level speculative reasoning with model-internal verification.
 
-from specguard_core.config import NormBounds, SpecGuardConfig, preset
-from specguard_core.engine import GenerationStream, SpecGuardEngine
-from specguard_core.types import GenerationResult, StepRecord, ToolCall
+Layers (nothing imports upward): `config`, `types` -> `models/` (registry, fetch, loading:
+where weights come from) -> `engine/` (the algorithm: signals, steps, chat, capture, handle,
+proposer, selector, verifier, request, loop) -> `testing` (scripted stand-in models).
+Names are exported lazily, so importing the package (or running `specguard --help`) does not
+load torch or transformers.
+"""
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "EngineConfig": "specguard_core.config",
+    "NormBounds": "specguard_core.config",
+    "SpecGuardConfig": "specguard_core.config",
+    "preset": "specguard_core.config",
+    "GenerationResult": "specguard_core.types",
+    "StepRecord": "specguard_core.types",
+    "ToolCall": "specguard_core.types",
+    "GenerationStream": "specguard_core.engine.loop",
+    "SpecGuardEngine": "specguard_core.engine.loop",
+}
 __all__ = [
+    "EngineConfig",
     "GenerationResult",
     "GenerationStream",
     "NormBounds",
@@ -14,4 +34,21 @@ __all__ = [
     "ToolCall",
     "preset",
 ]
-__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, preset
+    from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
+    from specguard_core.types import GenerationResult, StepRecord, ToolCall
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("specguard")
+        except PackageNotFoundError:
+            return "0+unknown"
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'specguard_core' has no attribute {name!r}")
+    return getattr(import_module(_EXPORTS[name]), name)

@@ -1,13 +1,16 @@
-"""Every knob of the algorithm in one validated config, with the paper and fast presets.
+"""Typed configuration: `SpecGuardConfig` (per request: every knob of the algorithm), `EngineConfig`
+(per engine: how the pair is wired), `NormBounds`, and the presets.
 
-`SpecGuardConfig` is immutable; `config.merged(**overrides)` returns a validated copy, which is how
-per-call overrides (`engine.generate(..., k=4)`) are applied.
+As nano-vllm keeps `Config` apart from `SamplingParams`: a request can change any `SpecGuardConfig`
+field (`engine.generate(..., config=cfg)` or `engine.generate(..., k=4)`), never an engine field.
+Both are immutable; `config.merged(**overrides)` returns a validated copy.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,7 +78,6 @@ class SpecGuardConfig(BaseModel):
     max_steps: int = Field(64, ge=1)
     stop: tuple[str, ...] = ()
     seed: int = 0
-    heterogeneous: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> SpecGuardConfig:
@@ -88,10 +90,30 @@ class SpecGuardConfig(BaseModel):
         return self
 
     def merged(self, **overrides: Any) -> SpecGuardConfig:
-        """A validated copy with `overrides` applied (None values are ignored)."""
-        data = self.model_dump()
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        return SpecGuardConfig.model_validate(data)
+        """A validated copy with `overrides` applied (None values are ignored); `self` when there
+        is nothing to apply. An engine setting or unknown name is an error that says where it goes."""
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        if not overrides:
+            return self
+        misplaced = sorted(set(overrides) & set(EngineConfig.model_fields))
+        if misplaced:
+            raise ValueError(f"{', '.join(misplaced)} is an engine setting, fixed when the engine is "
+                             "built: pass SpecGuardEngine(..., engine_config=EngineConfig(...)), not "
+                             "a per-request override")
+        unknown = sorted(set(overrides) - set(SpecGuardConfig.model_fields))
+        if unknown:
+            raise ValueError(f"unknown SpecGuardConfig field(s) {unknown}; valid: "
+                             f"{sorted(SpecGuardConfig.model_fields)}")
+        return SpecGuardConfig.model_validate({**self.model_dump(), **overrides})
+
+
+class EngineConfig(BaseModel):
+    """How the engine wires its pair; fixed at construction, not changeable per request."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    heterogeneous: bool = Field(False, description="draft and target have different tokenizers; "
+                                "steps cross between them as text")
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -110,3 +132,42 @@ def preset(name: str, **overrides: Any) -> SpecGuardConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
     return SpecGuardConfig().merged(**{**PRESETS[name], **overrides})
+
+
+_SPECIAL_FLOATS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf}
+
+
+def parse_value(text: str) -> Any:
+    """A `--set` value: JSON (`4`, `0.6`, `true`, `["\\n\\n"]`), `inf`/`-inf`, else the string."""
+    if text.strip().lower() in _SPECIAL_FLOATS:
+        return _SPECIAL_FLOATS[text.strip().lower()]
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """`["k=4", "fast.tau=0.6"]` -> `{"k": 4, "fast.tau": 0.6}`, validated: keys must be
+    SpecGuardConfig fields (optionally scoped `<preset>.<field>`) and the values must pass the
+    config's validation. Raises ValueError with the offending item."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        key = key.strip()
+        scope, _, name = key.rpartition(".")
+        if scope and scope not in PRESETS:
+            raise ValueError(f"--set {item!r}: unknown preset {scope!r}; use {sorted(PRESETS)}")
+        if name not in SpecGuardConfig.model_fields:
+            raise ValueError(f"--set {item!r}: {name!r} is not a SpecGuardConfig field")
+        value = parse_value(raw)
+        if isinstance(value, list):
+            value = tuple(value)
+        try:
+            SpecGuardConfig().merged(**{name: value})
+        except ValueError as err:
+            raise ValueError(f"--set {item!r}: {err}") from None
+        out[key] = value
+    return out

@@ -19,7 +19,7 @@ from transformers import DynamicCache, GenerationConfig, Qwen2Config
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine import SpecGuardEngine
+from specguard_core.engine.loop import SpecGuardEngine
 
 Responder = Callable[[str], str]
 ASSISTANT = "<|im_start|>assistant\n"

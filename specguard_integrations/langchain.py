@@ -31,10 +31,10 @@ from pydantic import Field, PrivateAttr, model_validator
 from typing_extensions import Self
 
 from specguard_core import GenerationResult, SpecGuardConfig, SpecGuardEngine
-from specguard_core.aio import iterate_in_thread
 from specguard_core.config import PRESETS
-from specguard_core.engine import GenerationStream
-from specguard_core.models import DEFAULT_DRAFT, DEFAULT_TARGET, resolve
+from specguard_core.engine.aio import iterate_in_thread
+from specguard_core.engine.loop import GenerationStream
+from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, resolve
 from specguard_integrations.langchain_convert import (
     Translator,
     final_chunk,
@@ -207,7 +207,7 @@ class ChatSpecGuard(BaseChatModel):
     def get_num_tokens_from_messages(self, messages: list[BaseMessage],
                                      tools: Sequence[Any] | None = None) -> int:
         """Prompt tokens as the chat template renders the conversation (and tools)."""
-        from specguard_core.chat import check_tools, normalise_messages, render_prompt
+        from specguard_core.engine.chat import check_tools, normalise_messages, render_prompt
 
         tokenizer = self._local_tokenizer()
         text = render_prompt(tokenizer, normalise_messages([to_engine_message(m)

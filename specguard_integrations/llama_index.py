@@ -55,8 +55,8 @@ except ImportError as err:  # pragma: no cover - depends on the environment
         "SpecGuardLLM needs LlamaIndex; install it with `pip install 'specguard[llamaindex]'`"
     ) from err
 
-from specguard_core.aio import iterate_in_thread
 from specguard_core.config import SpecGuardConfig
+from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.types import StepRecord
 from specguard_integrations.llama_index_convert import (
     Turn,
@@ -69,7 +69,7 @@ from specguard_integrations.llama_index_convert import (
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool
 
-    from specguard_core.engine import GenerationStream, SpecGuardEngine
+    from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
 
 __all__ = ["SpecGuardLLM", "to_engine_messages", "tool_selections", "trace"]
 
@@ -139,7 +139,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         if self._engine is None:
             with self._load_lock:
                 if self._engine is None:
-                    from specguard_core.engine import SpecGuardEngine
+                    from specguard_core.engine.loop import SpecGuardEngine
 
                     self._engine = SpecGuardEngine.from_pretrained(
                         str(self.draft), str(self.target), device=self.device, dtype=self.dtype,

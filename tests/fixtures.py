@@ -10,6 +10,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2
 
 from specguard_core.testing import build_tokenizer
 
+# An OpenAI-style tool used across the chat and agent-step tests.
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "days": {"type": "integer"}},
+                   "required": ["city"]}}}
+
 # A Llama-3-flavoured template: tools as JSON in the last user turn, no <tool_call> markers.
 LLAMA_STYLE_TEMPLATE = (
     "{{ bos_token or '' }}"
@@ -53,3 +60,11 @@ def load_pair(root: Path) -> tuple[Any, Any, Any, Any]:
             AutoTokenizer.from_pretrained(draft_dir),
             AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32),
             AutoTokenizer.from_pretrained(target_dir))
+
+
+def fake_converter(gguf: Path, dst: Path, dtype: str) -> None:
+    """A stand-in for the GGUF conversion: writes a folder that looks converted."""
+    dst.mkdir(parents=True)
+    (dst / "config.json").write_text(f'{{"dtype": "{dtype}", "src": "{gguf.name}"}}')
+    (dst / "model.safetensors").write_bytes(gguf.read_bytes())
+    (dst / "tokenizer.json").write_text("{}")

@@ -15,7 +15,7 @@ from langchain_core.tools import tool
 
 from specguard_core import NormBounds
 from specguard_integrations.langchain import ChatSpecGuard
-from tests.specguard_integrations.test_langchain_scripted import (
+from tests.specguard_integrations.langchain_helpers import (
     HAVE_REAL,
     REAL_REASON,
     real_engine,

@@ -16,7 +16,7 @@ from langchain_tests.integration_tests import ChatModelIntegrationTests
 from langchain_tests.unit_tests import ChatModelUnitTests
 
 from specguard_integrations.langchain import ChatSpecGuard
-from tests.specguard_integrations.test_langchain_scripted import (
+from tests.specguard_integrations.langchain_helpers import (
     HAVE_REAL,
     REAL_REASON,
     real_engine,

@@ -30,7 +30,7 @@ from specguard_integrations.langchain import (
     normalise_tool_choice,
     to_engine_message,
 )
-from tests.specguard_integrations.test_langchain_scripted import (
+from tests.specguard_integrations.langchain_helpers import (
     draft_respond,
     make_engine,
     respond,

@@ -18,9 +18,9 @@ from llama_index.core.base.response.schema import AsyncStreamingResponse, Stream
 from llama_index.core.prompts import PromptTemplate
 from pydantic import BaseModel
 
-from specguard_core.engine import SpecGuardEngine
+from specguard_core.engine.loop import SpecGuardEngine
 from specguard_integrations.llama_index import SpecGuardLLM
-from tests.specguard_integrations.test_llama_index_script import make_engine
+from tests.specguard_integrations.llama_index_helpers import make_engine
 
 QUESTION = "What is 6 multiplied by 7? Use the multiply tool."
 

@@ -21,14 +21,14 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 from pydantic import BaseModel
 
-from specguard_core.chat import InputError
-from specguard_core.engine import SpecGuardEngine
+from specguard_core.engine.chat import InputError
+from specguard_core.engine.loop import SpecGuardEngine
 from specguard_integrations.llama_index import (
     SpecGuardLLM,
     to_engine_messages,
     tool_selections,
 )
-from tests.specguard_integrations.test_llama_index_script import (
+from tests.specguard_integrations.llama_index_helpers import (
     GREETING,
     make_engine,
     respond,

@@ -13,7 +13,7 @@ from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
 from llama_index.core.base.llms.types import ChatMessage
 
 from specguard_integrations import SpecGuardLLM
-from tests.specguard_integrations.test_llama_index_script import (
+from tests.specguard_integrations.llama_index_helpers import (
     HAVE_REAL,
     REAL_REASON,
     real_engine,

@@ -10,7 +10,7 @@ from llama_index.core.instrumentation import get_dispatcher
 
 from specguard_integrations.llama_index import SpecGuardLLM
 from specguard_integrations.llama_index_trace import SpecGuardTraceHandler
-from tests.specguard_integrations.test_llama_index_script import make_engine
+from tests.specguard_integrations.llama_index_helpers import make_engine
 
 
 @pytest.fixture

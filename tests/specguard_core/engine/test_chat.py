@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from specguard_core.chat import (
+from specguard_core.engine.chat import (
     InputError,
     check_tools,
     normalise_messages,
@@ -17,13 +17,8 @@ from specguard_core.chat import (
     required_tool,
 )
 from specguard_core.testing import build_tokenizer
-from tests.fixtures import LLAMA_STYLE_TEMPLATE
+from tests.fixtures import LLAMA_STYLE_TEMPLATE, WEATHER
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
-                                                    "days": {"type": "integer"}},
-                   "required": ["city"]}}}
 HISTORY: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Weather in Paris?"},

@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from specguard_core import capture
-from specguard_core.chat import (
+from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig
+from specguard_core.engine import capture
+from specguard_core.engine.chat import (
     InputError,
     Message,
     ToolChoice,
@@ -27,15 +28,14 @@ from specguard_core.chat import (
     render_prompt,
     required_tool,
 )
-from specguard_core.config import NormBounds, SpecGuardConfig
-from specguard_core.handle import ModelHandle
-from specguard_core.proposer import Candidate, SampleSpec, propose
-from specguard_core.request import Request, Step
-from specguard_core.selector import Selector
-from specguard_core.signals import percentile_bounds
-from specguard_core.steps import StepRules, step_kind
+from specguard_core.engine.handle import ModelHandle
+from specguard_core.engine.proposer import Candidate, SampleSpec, propose
+from specguard_core.engine.request import Request, Step
+from specguard_core.engine.selector import Selector
+from specguard_core.engine.signals import percentile_bounds
+from specguard_core.engine.steps import StepRules, step_kind
+from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
 from specguard_core.types import GenerationResult, StepRecord
-from specguard_core.verifier import Verdict, draft_scores, structural_check, target_scores, verify
 
 
 @contextmanager
@@ -93,15 +93,18 @@ class SpecGuardEngine:
 
     def __init__(self, draft_model: Any, draft_tokenizer: Any, target_model: Any,
                  target_tokenizer: Any, *, config: SpecGuardConfig | None = None,
-                 name: str | None = None) -> None:
+                 engine_config: EngineConfig | None = None, name: str | None = None) -> None:
+        """`config` is the default per-request configuration (a request may override any of it);
+        `engine_config` fixes how the pair is wired (e.g. `heterogeneous`)."""
         self.config = config or SpecGuardConfig()
+        self.engine_config = engine_config or EngineConfig()
         self.draft = ModelHandle(draft_model, draft_tokenizer)
         self.target = ModelHandle(target_model, target_tokenizer)
         self.same_vocab = draft_tokenizer.get_vocab() == target_tokenizer.get_vocab()
-        if not self.same_vocab and not self.config.heterogeneous:
+        if not self.same_vocab and not self.engine_config.heterogeneous:
             raise InputError("the draft and target tokenizers have different vocabularies; pick a "
-                             "pair that shares a tokenizer, or set heterogeneous=True (steps are "
-                             "then passed between the models as text)")
+                             "pair that shares a tokenizer, or pass engine_config=EngineConfig("
+                             "heterogeneous=True) (steps then pass between the models as text)")
         self.model_name = name or f"specguard:{self.draft.name}+{self.target.name}"
         self._lock = threading.Lock()
         self._selectors: dict[tuple[str, str | None], Selector] = {}
@@ -109,8 +112,9 @@ class SpecGuardEngine:
     @classmethod
     def from_pretrained(cls, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
         """Load both models (hub ids, local folders, `.gguf` files, or cached names from
-        `specguard models fetch`). Keywords: device, dtype, device_map, config, preset, progress."""
-        from specguard_core.loading import load_engine
+        `specguard models fetch`). Keywords: device, dtype, device_map, config, engine_config,
+        preset, progress."""
+        from specguard_core.models.loading import load_engine
 
         return load_engine(cls, draft, target, **kwargs)
 
@@ -132,18 +136,21 @@ class SpecGuardEngine:
     # ---- public generation API -------------------------------------------------------------
     def generate(self, messages_or_prompt: str | Sequence[Message], *,
                  tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
-                 **overrides: Any) -> GenerationResult:
-        """Run to completion; keyword overrides are `SpecGuardConfig` fields (k=4, tau=0.6, ...)."""
-        stream = self.stream(messages_or_prompt, tools=tools, tool_choice=tool_choice, **overrides)
+                 config: SpecGuardConfig | None = None, **overrides: Any) -> GenerationResult:
+        """Run to completion with `config` (default: the engine's), then any keyword overrides of
+        its fields (k=4, tau=0.6, ...)."""
+        stream = self.stream(messages_or_prompt, tools=tools, tool_choice=tool_choice,
+                             config=config, **overrides)
         for _ in stream:
             pass
         return stream.result
 
     def stream(self, messages_or_prompt: str | Sequence[Message], *,
                tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
-               **overrides: Any) -> GenerationStream:
-        """Yield each `StepRecord` as soon as it is committed. Input is validated here, eagerly."""
-        cfg = self.config.merged(**overrides)
+               config: SpecGuardConfig | None = None, **overrides: Any) -> GenerationStream:
+        """Yield each `StepRecord` as soon as it is committed. Input is validated here, eagerly;
+        the request runs with `config` (default: the engine's) and keyword overrides of its fields."""
+        cfg = (config or self.config).merged(**overrides)
         messages = normalise_messages(messages_or_prompt)
         checked = [] if tool_choice == "none" else check_tools(tools)
         required = required_tool(tool_choice, checked)
@@ -162,13 +169,15 @@ class SpecGuardEngine:
         return GenerationStream(self._session(req, holder), holder, req.cancel, req.prompt_tokens)
 
     def calibrate(self, prompts: Sequence[str | Sequence[Message]], low_q: float = 1.0,
-                  high_q: float = 99.0, path: str | None = None, **overrides: Any) -> NormBounds:
+                  high_q: float = 99.0, path: str | None = None, *,
+                  config: SpecGuardConfig | None = None, **overrides: Any) -> NormBounds:
         """Fit the normaliser bounds to percentiles of the step signals on unlabeled prompts.
         Every draft step is accepted meanwhile; the signals are the draft's own, or the target's
         when `scoring_model="target"` (then the target runs, but only to score)."""
         conf, ground = [], []
         for prompt in prompts:
-            for step in self.generate(prompt, **{**overrides, "tau": -math.inf}).steps:
+            cfg = (config or self.config).merged(**{**overrides, "tau": -math.inf})
+            for step in self.generate(prompt, config=cfg).steps:
                 if step.confidence is not None:
                     conf.append(step.confidence)
                 if step.grounding is not None:

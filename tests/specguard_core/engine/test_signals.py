@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from specguard_core import signals
 from specguard_core.config import NormBounds, SpecGuardConfig
-from specguard_core.verifier import Scores, decide
+from specguard_core.engine import signals
+from specguard_core.engine.verifier import Scores, decide
 
 
 def random_causal_attention(n: int, generator: torch.Generator) -> torch.Tensor:

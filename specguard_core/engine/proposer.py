@@ -14,10 +14,10 @@ from typing import Literal
 
 import torch
 
-from specguard_core.capture import AttentionRecorder
-from specguard_core.handle import CacheState, ModelHandle
-from specguard_core.signals import sparsify_rows
-from specguard_core.steps import StepRules, step_end
+from specguard_core.engine.capture import AttentionRecorder
+from specguard_core.engine.handle import CacheState, ModelHandle
+from specguard_core.engine.signals import sparsify_rows
+from specguard_core.engine.steps import StepRules, step_end
 
 EndReason = Literal["boundary", "eos", "budget"]
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from specguard_core import capture
+from specguard_core.engine import capture
 from specguard_core.types import ModelCounters
 
 

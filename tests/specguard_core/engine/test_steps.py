@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specguard_core.steps import StepRules, segment, step_end, step_kind
+from specguard_core.engine.steps import StepRules, segment, step_end, step_kind
 
 RULES = StepRules()
 BARE = RULES.with_tools(True)

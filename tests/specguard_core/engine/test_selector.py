@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from specguard_core.proposer import Candidate
-from specguard_core.selector import Selector
+from specguard_core.engine.proposer import Candidate
+from specguard_core.engine.selector import Selector
 
 
 def candidates(vectors: list[list[float]]) -> list[Candidate]:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specguard_core.testing import scripted_engine
-from tests.specguard_core.test_chat import WEATHER
+from tests.fixtures import WEATHER
 
 GOOD_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 

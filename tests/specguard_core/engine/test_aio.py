@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from specguard_core.aio import iterate_in_thread
+from specguard_core.engine.aio import iterate_in_thread
 
 
 class Source:

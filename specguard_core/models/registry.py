@@ -17,9 +17,7 @@ at import time or in a constructor; only `fetch` (and the `specguard models fetc
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,6 @@ DEFAULT_TARGET = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 DEFAULT_DTYPE = "bfloat16"
 DTYPES = ("bfloat16", "float16", "float32")
 CACHE_ENV = "SPECGUARD_CACHE"
-_CHUNK = 1 << 24
 
 
 class ModelFetchError(RuntimeError):
@@ -186,7 +183,7 @@ def resolve(
 
 def fetch_hint(name_or_path: str, registry: Mapping[str, Bundle] = REGISTRY) -> str | None:
     """A one-line hint (`specguard models fetch ...`) if `name_or_path` is a registered bundle that
-    `resolve` could not find in the cache; None otherwise. Meant for error messages."""
+    `resolve` could not find in the cache; None otherwise. Used in loading errors."""
     if Path(name_or_path).expanduser().exists():
         return None
     bundle = lookup(name_or_path, registry)
@@ -215,72 +212,3 @@ def list_cached(root: Path | None = None) -> list[CachedModel]:
         if folder.is_dir() and is_converted(folder):
             found.append(CachedModel(folder.name, folder, _size(folder)))
     return found
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
-
-
-def add_models_parser(
-    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> argparse.ArgumentParser:
-    """Register `models fetch [names...]` and `models list`; handlers are set as `func`
-    (call `args.func(args)`, which returns an exit status)."""
-    parser = subparsers.add_parser("models", help="offline model cache (GGUF bundles)")
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help=f"cache root (default: ${CACHE_ENV} or ~/.cache/specguard/models)",
-    )
-    sub = parser.add_subparsers(dest="models_command", required=True)
-    p_fetch = sub.add_parser("fetch", help="download, verify and convert model bundles")
-    p_fetch.add_argument(
-        "names",
-        nargs="*",
-        default=list(DEFAULT_FETCH),
-        help="registry names, aliases or HF ids (default: qwen0.5b qwen1.5b)",
-    )
-    p_fetch.add_argument("--dtype", choices=DTYPES, default=DEFAULT_DTYPE)
-    p_fetch.add_argument("--no-progress", action="store_true")
-    p_fetch.set_defaults(func=cmd_models_fetch)
-    p_list = sub.add_parser("list", help="show registered bundles and what is cached")
-    p_list.set_defaults(func=cmd_models_list)
-    return parser
-
-
-def cmd_models_fetch(args: argparse.Namespace) -> int:
-    """Handler of `specguard models fetch`: prints `name<TAB>folder` per bundle."""
-    from specguard_core.fetch import fetch
-
-    try:
-        paths = fetch(args.names, args.dtype, not args.no_progress, root=args.cache_dir)
-    except (KeyError, ModelFetchError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    for name, path in paths.items():
-        print(f"{name}\t{path}")
-    return 0
-
-
-def cmd_models_list(args: argparse.Namespace) -> int:
-    """Handler of `specguard models list`: the registry, then every cached artefact."""
-    root = args.cache_dir or cache_dir()
-    print(f"registry (fetch with `specguard models fetch NAME`), cache: {root}")
-    for bundle in REGISTRY.values():
-        state = "cached" if cached_folder(bundle, None, root) else "not cached"
-        print(f"  {bundle.name:30s} {', '.join(bundle.aliases):10s} {bundle.hf_id:40s} {state}")
-    cached = list_cached(root)
-    print("cached:" if cached else "cached: nothing yet")
-    for item in cached:
-        kind = "gguf" if item.path.is_file() else "hf"
-        print(f"  {item.name:42s} {kind:4s} {_human(item.size_bytes):>9s}  {item.path}")
-    return 0

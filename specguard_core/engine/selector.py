@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from specguard_core.proposer import Candidate
-from specguard_core.signals import soft_medoid
+from specguard_core.engine.proposer import Candidate
+from specguard_core.engine.signals import soft_medoid
 
 
 class Selector:

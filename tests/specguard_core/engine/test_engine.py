@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from specguard_core import SpecGuardConfig, SpecGuardEngine
-from specguard_core.chat import InputError
+from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
+from specguard_core.engine.chat import InputError
 from specguard_core.testing import build_tokenizer
 from specguard_core.types import GenerationResult
 from tests.fixtures import build_model
@@ -159,7 +159,7 @@ def test_calibrate_fits_and_saves_bounds(engine: SpecGuardEngine, tmp_path: Path
 
 def test_beta_one_skips_attention_capture(engine: SpecGuardEngine,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from specguard_core import proposer, verifier
+    from specguard_core.engine import proposer, verifier
 
     made: list[object] = []
     real = proposer.AttentionRecorder
@@ -215,7 +215,10 @@ def test_mismatched_vocabularies(tmp_path: Path, tiny_pair: tuple[Any, Any, Any,
     with pytest.raises(InputError, match="different vocabularies"):
         SpecGuardEngine(draft, draft_tok, target, other_tok)
     hetero = SpecGuardEngine(draft, draft_tok, target, other_tok,
-                             config=SpecGuardConfig(heterogeneous=True, **GREEDY))
+                             config=SpecGuardConfig(**GREEDY),
+                             engine_config=EngineConfig(heterogeneous=True))
+    with pytest.raises(ValueError, match="engine setting"):
+        hetero.generate(QUESTION, heterogeneous=False)
     result = hetero.generate(QUESTION, tau=0.5, max_new_tokens=20)
     assert result.usage.completion_tokens >= 20
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specguard_core.cli import main
+from specguard.cli import main
 
 
 def test_run_prints_a_trace_and_summary(pair_dirs: tuple[Path, Path],

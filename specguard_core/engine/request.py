@@ -13,10 +13,11 @@ from typing import Any
 
 import torch
 
-from specguard_core.chat import parse_tool_call
 from specguard_core.config import SpecGuardConfig
-from specguard_core.handle import CacheState
-from specguard_core.steps import StepRules, call_closed, step_kind, strip_markers
+from specguard_core.engine.chat import parse_tool_call
+from specguard_core.engine.handle import CacheState
+from specguard_core.engine.steps import StepRules, call_closed, step_kind, strip_markers
+from specguard_core.engine.verifier import Verdict
 from specguard_core.types import (
     FinishReason,
     GenerationResult,
@@ -26,7 +27,6 @@ from specguard_core.types import (
     ToolCall,
     Usage,
 )
-from specguard_core.verifier import Verdict
 
 
 @dataclass

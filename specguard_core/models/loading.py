@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from specguard_core.config import SpecGuardConfig
+from specguard_core.config import EngineConfig, SpecGuardConfig
 from specguard_core.config import preset as make_preset
 
 
@@ -21,10 +21,8 @@ def _looks_local(ref: str) -> bool:
 
 
 def _resolve(ref: str) -> str:
-    try:
-        from specguard_core.models import resolve
-    except ImportError:
-        return ref
+    from specguard_core.models.registry import resolve
+
     return str(resolve(ref))
 
 
@@ -66,8 +64,11 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
         model: Any = AutoModelForCausalLM.from_pretrained(
             folder, dtype=_dtype(dtype), device_map=device_map, **kwargs)
     except OSError as err:
-        raise OSError(f"could not load model {ref!r}: {err}\nOffline? Fetch the default pair "
-                      "with `specguard models fetch` or pass a local folder.") from err
+        from specguard_core.models.registry import fetch_hint
+
+        hint = fetch_hint(ref) or ("Offline? Fetch the default pair with `specguard models fetch` "
+                                   "or pass a local folder.")
+        raise OSError(f"could not load model {ref!r}: {err}\n{hint}") from err
     if device_map is None:
         model = model.to(device)
     return model, tokenizer
@@ -75,12 +76,12 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
 
 def load_engine(cls: Any, draft: str, target: str, *, device: str = "auto",
                 dtype: str | torch.dtype = "auto", device_map: Any = None,
-                config: SpecGuardConfig | None = None, preset: str | None = None,
-                progress: bool = True) -> Any:
+                config: SpecGuardConfig | None = None, engine_config: EngineConfig | None = None,
+                preset: str | None = None, progress: bool = True) -> Any:
     cfg = config or (make_preset(preset) if preset else SpecGuardConfig())
     d_model, d_tok = load_model(draft, device=device, dtype=dtype, device_map=device_map,
                                 progress=progress)
     t_model, t_tok = load_model(target, device=device, dtype=dtype, device_map=device_map,
                                 progress=progress)
-    return cls(d_model, d_tok, t_model, t_tok, config=cfg,
+    return cls(d_model, d_tok, t_model, t_tok, config=cfg, engine_config=engine_config,
                name=f"specguard:{Path(draft).name}+{Path(target).name}")

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from specguard_core.capture import AttentionRecorder
-from specguard_core.handle import ModelHandle
+from specguard_core.engine.capture import AttentionRecorder
+from specguard_core.engine.handle import ModelHandle
 
 
 def test_chunked_catch_up_matches_one_full_forward(tiny_pair: tuple[Any, Any, Any, Any]) -> None:

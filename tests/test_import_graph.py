@@ -1,0 +1,138 @@
+"""The import graph: layers without upward arrows, no cycles, frameworks only where they belong.
+
+Every `import` statement in the packages counts (also those inside functions), except imports
+under `if TYPE_CHECKING:`, which never run.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("specguard", "specguard_core", "specguard_bench", "specguard_integrations")
+
+# Lower number = lower layer; a module may import its own layer or lower ones only.
+CORE_LAYERS = {
+    "specguard_core.config": 0, "specguard_core.types": 0,
+    "specguard_core.models": 1,
+    "specguard_core.engine.signals": 2, "specguard_core.engine.steps": 2,
+    "specguard_core.engine.chat": 2,
+    "specguard_core.engine.capture": 3, "specguard_core.engine.handle": 3,
+    "specguard_core.engine.proposer": 4, "specguard_core.engine.selector": 4,
+    "specguard_core.engine.verifier": 4,
+    "specguard_core.engine.request": 5,
+    "specguard_core.engine.loop": 6, "specguard_core.engine.aio": 6,
+    "specguard_core.engine": 7,  # the package's lazy re-exports
+    "specguard_core.testing": 8,
+    "specguard_core": 9,  # the package's lazy re-exports
+}
+PACKAGE_LAYERS = {"specguard_core": 0, "specguard_integrations": 1, "specguard_bench": 1,
+                  "specguard": 2}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_lines(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                found.add(sub if sub in modules else node.module)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, modules) for name, path in modules.items()}
+
+
+def _layer(module: str) -> int | None:
+    best = max((k for k in CORE_LAYERS if module == k or module.startswith(k + ".")),
+               key=len, default=None)
+    return None if best is None else CORE_LAYERS[best]
+
+
+def test_core_never_imports_frameworks_bench_or_cli() -> None:
+    banned = ("langchain", "llama_index", "langgraph", "specguard_bench", "specguard_integrations",
+              "specguard.", "fastapi")
+    bad = [(m, i) for m, imps in _graph().items() if m.startswith("specguard_core")
+           for i in imps if i.startswith(banned) or i == "specguard"]
+    assert not bad, bad
+
+
+def test_no_upward_arrows() -> None:
+    bad = []
+    for module, imports in _graph().items():
+        pkg = module.split(".")[0]
+        for imp in imports:
+            ipkg = imp.split(".")[0]
+            if ipkg in PACKAGE_LAYERS and PACKAGE_LAYERS[ipkg] > PACKAGE_LAYERS[pkg]:
+                bad.append((module, imp))
+            if pkg == ipkg == "specguard_core":
+                src, dst = _layer(module), _layer(imp)
+                if src is not None and dst is not None and dst > src:
+                    bad.append((module, imp))
+            if {pkg, ipkg} == {"specguard_bench", "specguard_integrations"}:
+                bad.append((module, imp))
+    assert not bad, bad
+
+
+def test_no_cycles() -> None:
+    graph = {m: {i for i in imps if i in _modules()} for m, imps in _graph().items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph.get(node, ()):
+            if nxt == node or nxt.startswith(node + "."):  # a package re-exporting its own parts
+                continue
+            if state.get(nxt) == 1:
+                pytest.fail(f"import cycle: {' -> '.join(path + [node, nxt])}")
+            if nxt not in state:
+                visit(nxt, path + [node])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+
+
+def test_every_core_module_has_a_layer() -> None:
+    missing = [m for m in _modules() if m.startswith("specguard_core") and _layer(m) is None]
+    assert not missing, f"add {missing} to CORE_LAYERS"
+
+
+def test_cli_help_does_not_load_torch() -> None:
+    code = ("import sys, specguard.cli; specguard.cli.build_parser(); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
+    assert out.stdout.strip() == "[]"
