@@ -78,13 +78,8 @@ class ProblemRow:
 
 
 def step_entry(step: StepRecord) -> dict[str, Any]:
-    """One committed step as stored in `ProblemRow.step_trace`: who wrote it, its scores, timings."""
-    return dict(
-        index=step.index, source=step.source, kind=step.kind, accepted=step.accepted,
-        score=step.score, confidence=step.confidence, grounding=step.grounding,
-        tokens=len(step.token_ids), n_candidates=step.n_candidates, latency_s=step.latency_s,
-        phase_s=dict(step.phase_s), rejected_reason=step.rejected_reason, text=step.text,
-    )
+    """One committed step as stored in `ProblemRow.step_trace`: `StepRecord.trace()`."""
+    return step.trace()
 
 
 def specguard_fields(result: GenerationResult) -> dict[str, Any]:

@@ -60,6 +60,18 @@ class StepRecord:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def trace(self) -> dict[str, Any]:
+        """The step as every consumer reports it (both adapters' metadata, the bench's stored
+        traces, the CLI's JSON): one schema, JSON-serialisable, keyed by `index`."""
+        return {
+            "index": self.index, "source": self.source, "kind": self.kind,
+            "accepted": self.accepted, "score": self.score, "confidence": self.confidence,
+            "grounding": self.grounding, "tokens": len(self.token_ids),
+            "n_candidates": self.n_candidates, "latency_s": self.latency_s,
+            "phase_s": dict(self.phase_s), "rejected_reason": self.rejected_reason,
+            "draft_text": None if self.accepted else self.draft_text, "text": self.text,
+        }
+
 
 @dataclass
 class Usage:
@@ -141,3 +153,12 @@ class GenerationResult:
         out["stats"] = self.stats.to_dict()
         out["usage"]["total_tokens"] = self.usage.total_tokens
         return out
+
+    def trace(self) -> dict[str, Any]:
+        """The run's trace in the one schema: `steps` (each `StepRecord.trace()`), `stats`,
+        `usage`, `finish_reason`, `model`."""
+        return {
+            "model": self.model_name, "finish_reason": self.finish_reason,
+            "usage": {**asdict(self.usage), "total_tokens": self.usage.total_tokens},
+            "stats": self.stats.to_dict(), "steps": [s.trace() for s in self.steps],
+        }

@@ -59,8 +59,13 @@ def target_scores(target: ModelHandle, state: CacheState, step_ids: list[int],
     return Scores(signals.confidence(logps), signals.grounding(att[:, :, n0:], cfg.rollout_residual))
 
 
-def decide(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, bool]:
-    """r = beta * l~ + (1 - beta) * g~ with min-max bounds; accept iff r >= tau. Grounding may be
+def step_score(scores: Scores, cfg: SpecGuardConfig) -> float:
+    """The configured verifier's score r of a step (what the decision rule thresholds)."""
+    return paper_score(scores, cfg)
+
+
+def paper_score(scores: Scores, cfg: SpecGuardConfig) -> float:
+    """The paper's verifier: r = beta * l~ + (1 - beta) * g~ with min-max bounds. Grounding may be
     missing only when beta == 1 (its weight is 0)."""
     b = cfg.bounds
     conf = signals.min_max(scores.confidence, b.confidence_min, b.confidence_max)
@@ -68,7 +73,12 @@ def decide(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, bool]:
         raise ValueError("grounding was not computed but beta < 1 gives it weight")
     ground = 0.0 if scores.grounding is None else signals.min_max(
         scores.grounding, b.grounding_min, b.grounding_max)
-    score = signals.ensemble(conf, ground, cfg.beta)
+    return signals.ensemble(conf, ground, cfg.beta)
+
+
+def decide(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, bool]:
+    """(r, keep the step?): the decision rule, apart from how r is computed: keep iff r >= tau."""
+    score = step_score(scores, cfg)
     return score, signals.accept(score, cfg.tau)
 
 
