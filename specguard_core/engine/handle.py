@@ -34,6 +34,8 @@ class CacheState:
 class Forward:
     logits: torch.Tensor  # [b, q, V] float32 (q = 1 unless all positions were asked for)
     hidden: torch.Tensor | None  # [b, q, d] last hidden state, when asked for
+    # every layer's hidden states when asked for: index 0 = embeddings, i = after block i
+    layers: tuple[torch.Tensor, ...] | None = None  # each [b, q, d]
 
 
 class ModelHandle:
@@ -75,7 +77,7 @@ class ModelHandle:
             state.counters.decoded += b
         state.counters.forward_calls += 1
         last = out.hidden_states[-1] if hidden else None
-        return Forward(out.logits.float(), last)
+        return Forward(out.logits.float(), last, tuple(out.hidden_states) if hidden else None)
 
     def extend(self, state: CacheState, ids: list[int], **kwargs: Any) -> Forward | None:
         """Catch-up: encode `ids` after the committed prefix and commit them."""

@@ -34,13 +34,15 @@ class SampleSpec:
     capture_layers: frozenset[int] | None = None
     sparsify_threshold: float = 0.01
     hidden: bool = False
+    pool_layers: tuple[int, ...] = ()  # hidden-state layers (0 = embeddings) to mean-pool per step
 
 
 @dataclass
 class Candidate:
     """One sampled step. `logprobs: [T]` raw (temperature-1) log-probs of `token_ids`;
     `step_rows: [L, F, F]` sparsified attention rows of the F fed tokens on step columns;
-    `embedding: [d]` mean last hidden state over the fed tokens."""
+    `embedding: [d]` mean last hidden state over the fed tokens; `pooled[layer]: [d]` the mean hidden
+    state of that layer over the fed tokens, for each of `SampleSpec.pool_layers`."""
 
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -50,6 +52,7 @@ class Candidate:
     next_logits: torch.Tensor | None = None
     step_rows: torch.Tensor | None = None
     embedding: torch.Tensor | None = None
+    pooled: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
 def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
@@ -115,6 +118,7 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
     n_layers = len(spec.capture_layers or ())
     rows = torch.zeros(k, n_layers, spec.max_tokens, spec.max_tokens)  # [k, L, T, T]
     emb_sum: torch.Tensor | None = None
+    pool_sums: dict[int, torch.Tensor] = {}  # layer -> [k, d]
     for t in range(spec.max_tokens):
         tokens = sample_tokens(logits, spec.temperature, spec.top_p, generator)  # [k]
         logps = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None])[:, 0]  # [k]
@@ -124,14 +128,21 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
         if not fed:
             break
         recorder = AttentionRecorder(spec.capture_layers) if spec.capture_layers else None
-        out = handle.forward(state, tokens[:, None], hidden=spec.hidden, recorder=recorder)
+        out = handle.forward(state, tokens[:, None], hidden=spec.hidden or bool(spec.pool_layers),
+                             recorder=recorder)
         logits = out.logits[:, -1]  # [k, V]
         if recorder is not None:
             att = sparsify_rows(recorder.stacked()[:, :, -1], spec.sparsify_threshold)  # [k, L, n]
             rows[:, :, t, : t + 1] = att[:, :, n0 : n0 + t + 1]
-        if out.hidden is not None:
+        if out.hidden is not None and spec.hidden:
             h = out.hidden[:, -1].float()  # [k, d]
             emb_sum = h * 0 if emb_sum is None else emb_sum
+        fed_mask = torch.zeros(k, 1)
+        fed_mask[fed] = 1.0
+        for layer in spec.pool_layers:
+            assert out.layers is not None
+            h = out.layers[layer][:, -1].float().cpu() * fed_mask  # [k, d], rows not fed: 0
+            pool_sums[layer] = h if layer not in pool_sums else pool_sums[layer] + h
         for i in fed:
             c = cands[i]
             c.n_fed += 1
@@ -146,4 +157,5 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
         c.step_rows = rows[i, :, : c.n_fed, : c.n_fed] if n_layers else None
         if emb_sum is not None:
             c.embedding = emb_sum[i] / max(1, c.n_fed)
+        c.pooled = {layer: sums[i] / max(1, c.n_fed) for layer, sums in pool_sums.items()}
     return cands
