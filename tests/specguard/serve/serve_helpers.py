@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -14,7 +15,7 @@ import httpx
 
 ANSWER = "First, add 3 and 4 to get 7.\n\nThen multiply by 6.\n\nThe answer is 42."
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-AFTER_TOOL = "It is sunny in Paris."
+MULTIPLY_CALL = '<tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7}}\n</tool_call>'
 JSON_REPLY = '{"city": "Paris", "days": 2}'
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city.",
@@ -23,15 +24,22 @@ WEATHER = {"type": "function", "function": {
                    "required": ["city"]}}}
 
 
+def after_tool(result: str) -> str:
+    return f"The tool says {result}.\n\nDone."
+
+
 def reply(prompt: str) -> str:
-    """The scripted assistant: a tool result gets a summary, offered tools get a call, a JSON
-    instruction gets JSON, anything else the three-step answer."""
+    """The scripted assistant: a tool result is reported, offered tools get a call (multiply when
+    offered, else get_weather), a JSON instruction gets JSON, "Repeat: X" gets X back, anything
+    else the three-step answer."""
     if "<tool_response>" in prompt:
-        return AFTER_TOOL
+        return after_tool(prompt.rsplit("<tool_response>\n", 1)[1].split("\n</tool_response>")[0])
     if "<tools>" in prompt:
-        return CALL
+        return MULTIPLY_CALL if '"multiply"' in prompt else CALL
     if "single JSON object" in prompt:
         return JSON_REPLY
+    if repeat := re.search(r"Repeat: (\w+)", prompt):
+        return f"You said {repeat.group(1)}.\n\nThat is all."
     return ANSWER
 
 

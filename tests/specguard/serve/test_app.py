@@ -19,9 +19,9 @@ from specguard.serve.app import ServeSettings, create_app  # noqa: E402
 from specguard_core.engine.loop import SpecGuardEngine  # noqa: E402
 from specguard_core.testing import scripted_engine  # noqa: E402
 from tests.specguard.serve.serve_helpers import (  # noqa: E402
-    AFTER_TOOL,
     ANSWER,
     WEATHER,
+    after_tool,
     gated_reply,
     health,
     live_server,
@@ -172,7 +172,7 @@ def test_tool_result_turn(base: str) -> None:
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 24C"},
     ]
     r = chat(base, tools=[WEATHER], messages=messages)
-    assert r.json()["choices"][0]["message"]["content"] == AFTER_TOOL
+    assert r.json()["choices"][0]["message"]["content"] == after_tool("sunny, 24C")
 
 
 def test_response_format_reaches_the_model(base: str, engine: SpecGuardEngine) -> None:
