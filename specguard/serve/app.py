@@ -268,11 +268,13 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
                                                               delta.get("content", ""), None,
                                                               trace, include_usage))
                 result = stream.result
+                rest = deltas.flush(result.text)
                 finish, trace = convert.openai_finish(result.finish_reason), \
                     {"run": convert.run_trace(result, steps=False)}
                 yield convert.sse(
-                    convert.chat_chunk(rid, model_name, now, {}, finish, trace, include_usage)
-                    if chat else convert.completion_chunk(rid, model_name, now, "", finish, trace,
+                    convert.chat_chunk(rid, model_name, now, rest, finish, trace, include_usage)
+                    if chat else convert.completion_chunk(rid, model_name, now,
+                                                          rest.get("content", ""), finish, trace,
                                                           include_usage))
                 if include_usage:
                     yield convert.sse(convert.usage_chunk(rid, model_name, now, obj, result))

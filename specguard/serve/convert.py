@@ -162,36 +162,70 @@ def completion_response(result: GenerationResult, rid: str, model: str) -> dict[
 
 # ---- engine steps -> stream chunks -----------------------------------------------------------
 class StepDeltas:
-    """Turns one run's committed steps into deltas whose concatenation equals the final response:
-    answer text cut at stop strings, the answer's leading and trailing whitespace held back (the
-    result's text is stripped), reasoning apart, verified tool calls with their index."""
+    """Turns one run's committed steps into deltas whose concatenation equals the final answer:
+    the answer is rebuilt as the result builds it (answer steps, cut at the first stop string,
+    stripped) and only its settled part is sent, i.e. trailing whitespace and a tail that could
+    still become a stop string are held back until the next step or `flush`. Reasoning goes to
+    `reasoning_content`; verified tool calls are numbered in order."""
 
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops = tuple(s for s in stops if s)
-        self.raw, self.started, self.held, self.n_calls = "", False, "", 0
+        self.steps: list[tuple[str, str]] = []  # (kind, text) of every committed step
+        self.sent, self.n_calls = "", 0
 
-    def _visible(self, text: str) -> str:
-        full = self.raw + text
-        cut = min((full.find(s) for s in self.stops if s in full), default=len(full))
-        return full[len(self.raw):max(cut, len(self.raw))]
+    @property
+    def raw(self) -> str:
+        return "".join(text for _, text in self.steps)
+
+    def _stop_at(self, raw: str) -> int | None:
+        hits = [raw.find(s) for s in self.stops if s in raw]
+        return min(hits) if hits else None
+
+    def _settled_end(self, raw: str) -> int:
+        """End of the text no later step can change: the first stop, else before a tail that is
+        the start of a stop string."""
+        stop = self._stop_at(raw)
+        if stop is not None:
+            return stop
+        tail = max((n for s in self.stops for n in range(1, len(s)) if raw.endswith(s[:n])),
+                   default=0)
+        return len(raw) - tail
+
+    def _answer(self, end: int) -> str:
+        out, pos = [], 0
+        for kind, text in self.steps:
+            if kind == "answer":
+                out.append(text[:max(0, end - pos)])
+            pos += len(text)
+        return "".join(out).strip()
+
+    def _send(self, text: str) -> dict[str, Any]:
+        if not text.startswith(self.sent):  # cannot happen: settled text only grows
+            return {}
+        new, self.sent = text[len(self.sent):], text
+        return {"content": new} if new else {}
 
     def delta(self, step: StepRecord) -> dict[str, Any]:
-        visible = self._visible(step.text)
-        self.raw += step.text
+        before = self.raw
+        self.steps.append((step.kind, step.text))
         if step.kind == "reasoning":
+            full = before + step.text
+            cut = self._stop_at(full)
+            visible = full[len(before):] if cut is None else full[len(before):max(cut, len(before))]
             reasoning = strip_markers(visible, _RULES)
             return {"reasoning_content": reasoning} if reasoning else {}
         if step.kind == "tool_call":
             call = step.tool_call
             if call is None or not call.valid:
-                return {}  # listed in the final chunk's specguard.invalid_tool_calls
+                return {}  # listed in the final chunk's specguard.run.invalid_tool_calls
             self.n_calls += 1
             return {"tool_calls": [{"index": self.n_calls - 1, **openai_tool_call(call)}]}
-        text = self.held + (visible if self.started else visible.lstrip())
-        self.started = self.started or bool(text)
-        body = text.rstrip()
-        self.held = text[len(body):]
-        return {"content": body} if body else {}
+        raw = self.raw
+        return self._send(self._answer(self._settled_end(raw)))
+
+    def flush(self, final_text: str) -> dict[str, Any]:
+        """The rest of the answer once the run is over (`GenerationResult.text`)."""
+        return self._send(final_text)
 
 
 def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any],

@@ -124,12 +124,17 @@ def test_stream_without_usage_has_no_usage_chunk(base: str) -> None:
     assert events[-2]["choices"][0]["finish_reason"] == "stop"
 
 
-def test_stop_string_cuts_text_and_stream(base: str) -> None:
-    r = chat(base, stop=["multiply"])
-    assert r.json()["choices"][0]["message"]["content"] == "First, add 3 and 4 to get 7.\n\nThen"
-    events = stream_events(base, messages=[{"role": "user", "content": "q"}], stop="multiply")
-    content = "".join(c["choices"][0]["delta"].get("content", "") for c in events[:-1])
-    assert content == "First, add 3 and 4 to get 7.\n\nThen"
+@pytest.mark.parametrize(("stop", "text"), [
+    (["multiply"], "First, add 3 and 4 to get 7.\n\nThen"),
+    ("7.\n\nThen", "First, add 3 and 4 to get"),  # spans two steps: the stream holds "7." back
+])
+def test_stop_string_cuts_text_and_stream(base: str, stop: Any, text: str) -> None:
+    r = chat(base, stop=stop)
+    assert r.json()["choices"][0]["message"]["content"] == text
+    events = stream_events(base, messages=[{"role": "user", "content": "q"}], stop=stop)
+    deltas = [c["choices"][0]["delta"].get("content", "") for c in events[:-1]]
+    assert "".join(deltas) == text
+    assert all("Then" not in d for d in deltas) or stop == ["multiply"]
 
 
 def test_tool_call_in_openai_format(base: str) -> None:
