@@ -43,7 +43,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}, else none)")
     p.add_argument("--served-model-name", help="the model id clients send (default: "
-                   "specguard:<draft>+<target>, as GET /v1/models shows)")
+                   "specguard:<draft>+<target> as given here; GET /v1/models shows it)")
     p.add_argument("--max-concurrent", type=int, default=1,
                    help="requests run at once (the engine serves one at a time today; "
                    "default %(default)s)")
@@ -93,7 +93,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "install them with: pip install 'specguard[serve]'", file=sys.stderr)
         return 2
     settings = ServeSettings(api_key=args.api_key or None, max_concurrent=args.max_concurrent,
-                             max_queue=args.max_queue, model_name=args.served_model_name)
+                             max_queue=args.max_queue,
+                             model_name=args.served_model_name or
+                             f"specguard:{args.draft}+{args.target}")
     cfg = _config(args)
     sock = bind(args.host, args.port)
     if args.host not in _LOOPBACK and not settings.api_key:
@@ -111,7 +113,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sock.close()
         raise
     app = create_app(engine, settings)
-    name = settings.model_name or engine.model_name
+    name = settings.model_name
     host, port = sock.getsockname()[:2]
     print(f"serving {name} on http://{host}:{port}/v1", file=sys.stderr)
     server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level))

@@ -65,9 +65,11 @@ class APIError(Exception):
     """An error answered in OpenAI's error JSON with `status`."""
 
     def __init__(self, status: int, message: str, type_: ErrorType = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+                 param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.body = status, error_body(message, type_, param, code)
+        self.headers = headers
 
 
 class ClientGone(Exception):
@@ -117,7 +119,8 @@ class Slots:
         if self.admitted >= self.max_concurrent + self.max_queue:
             raise APIError(503, f"the server is busy: {self.running} requests running and "
                            f"{self.admitted - self.running} queued (--max-queue {self.max_queue}); "
-                           "retry later", "server_overloaded", code="queue_full")
+                           "retry later", "server_overloaded", code="queue_full",
+                           headers={"Retry-After": "1"})
         self.admitted += 1
 
     def leave(self) -> None:
@@ -165,7 +168,7 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, err: APIError) -> JSONResponse:
-        return JSONResponse(err.body, status_code=err.status)
+        return JSONResponse(err.body, status_code=err.status, headers=err.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:

@@ -299,7 +299,9 @@ def test_queue_full_is_503_and_queue_drains() -> None:
             assert wait_for(lambda: health(url)["running"] == 1)
             second = pool.submit(chat, url)
             assert wait_for(lambda: health(url)["queued"] == 1)
-            err = error_of(chat(url), 503)
+            full = chat(url)
+            assert full.headers["retry-after"] == "1"
+            err = error_of(full, 503)
             assert err["code"] == "queue_full" and "--max-queue" in err["message"]
         finally:
             gate.set()
