@@ -327,13 +327,22 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
                                       include_usage), lease)
         return await respond(request, lease, convert.completion_response, rid)
 
+    card = {"id": model_name, "object": "model", "created": created, "owned_by": "specguard",
+            "specguard": {"draft": engine.draft.name, "target": engine.target.name,
+                          "context_window": engine.context_window}}
+
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         authorise(request)
-        return {"object": "list", "data": [{
-            "id": model_name, "object": "model", "created": created, "owned_by": "specguard",
-            "specguard": {"draft": engine.draft.name, "target": engine.target.name,
-                          "context_window": engine.context_window}}]}
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(request: Request, model_id: str) -> dict[str, Any]:
+        authorise(request)
+        if model_id != model_name:
+            raise APIError(404, f"the model {model_id!r} does not exist; this server serves "
+                           f"{model_name!r}", "not_found_error", "model", "model_not_found")
+        return card
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -38,10 +38,13 @@ def _content_text(content: str | list[dict[str, Any]] | None, index: int) -> str
 
 
 def engine_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-    """OpenAI chat messages as the engine's message dicts (text content, tool calls kept)."""
+    """OpenAI chat messages as the engine's message dicts (text content, tool calls kept). A
+    "developer" message is a system message, as OpenAI treats it for models without that role
+    (open chat templates would otherwise drop it silently)."""
     out = []
     for i, m in enumerate(messages):
-        msg: dict[str, Any] = {"role": m.role, "content": _content_text(m.content, i)}
+        role = "system" if m.role == "developer" else m.role
+        msg: dict[str, Any] = {"role": role, "content": _content_text(m.content, i)}
         for key in ("name", "tool_calls", "tool_call_id"):
             if getattr(m, key) is not None:
                 msg[key] = getattr(m, key)

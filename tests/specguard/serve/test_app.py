@@ -73,6 +73,10 @@ def test_models_and_health(base: str) -> None:
     assert models["object"] == "list"
     assert [m["id"] for m in models["data"]] == ["specguard-scripted"]
     assert models["data"][0]["specguard"]["draft"] == "scripted-draft"
+    assert httpx.get(f"{base}/v1/models/specguard-scripted", timeout=5).json() == \
+        models["data"][0]
+    assert error_of(httpx.get(f"{base}/v1/models/gpt-4o", timeout=5), 404)["code"] == \
+        "model_not_found"
     assert health(base) == {"status": "ok", "model": "specguard-scripted", "running": 0,
                             "queued": 0, "max_concurrent": 1, "max_queue": 16}
 

@@ -40,6 +40,8 @@ def test_messages_text_parts_and_tool_calls() -> None:
     assert convert.engine_messages(msgs) == [
         {"role": "user", "content": "ab"},
         {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]}]
+    assert convert.engine_messages([ChatMessage(role="developer", content="Be brief.")]) == \
+        [{"role": "system", "content": "Be brief."}]
     with pytest.raises(InputError, match="text only"):
         convert.engine_messages([ChatMessage(role="user", content=[{"type": "input_audio"}])])
 
