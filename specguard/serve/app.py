@@ -6,9 +6,7 @@ context window eagerly, on a worker thread), wait for a slot, then iterate the e
 worker thread of its own (`iterate_in_thread`); the event loop only moves bytes. A client that
 leaves (mid-stream, or while queued) closes its `GenerationStream` and frees its slot.
 
-`Slots` is the one seam for concurrency: `max_concurrent` requests iterate the engine at once. The
-engine serves one request at a time today (a lock), so a wider slot count only queues on it;
-batching will widen it.
+`slots.Slots` is the one seam for concurrency (`max_concurrent`), which batching will widen.
 """
 
 from __future__ import annotations
@@ -20,12 +18,11 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -36,6 +33,7 @@ from specguard.serve.protocol import (
     ErrorType,
     error_body,
 )
+from specguard.serve.slots import APIError, ClientGone, EventStream, Lease, Slots
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.chat import InputError
@@ -59,89 +57,6 @@ class ServeSettings:
     def __post_init__(self) -> None:
         if self.max_concurrent < 1 or self.max_queue < 0:
             raise ValueError("max_concurrent must be >= 1 and max_queue >= 0")
-
-
-class APIError(Exception):
-    """An error answered in OpenAI's error JSON with `status`."""
-
-    def __init__(self, status: int, message: str, type_: ErrorType = "invalid_request_error",
-                 param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.body = status, error_body(message, type_, param, code)
-        self.headers = headers
-
-
-class ClientGone(Exception):
-    """The client disconnected; nobody reads the answer."""
-
-
-class Lease:
-    """One admitted request's stream and queue place; `release()` is idempotent, so every exit
-    path (done, error, disconnect, a stream response never started) may call it."""
-
-    def __init__(self, slots: Slots, stream: GenerationStream) -> None:
-        self.slots, self.stream, self._released = slots, stream, False
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self.stream.close()
-            self.slots.leave()
-
-
-class EventStream(StreamingResponse):
-    """SSE response that releases its lease however the response ends (even if the body
-    iterator never started because the client left at once)."""
-
-    def __init__(self, content: AsyncIterator[str], lease: Lease) -> None:
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self.lease = lease
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.lease.release()
-
-
-class Slots:
-    """Admission (`max_concurrent + max_queue` requests in at most) and the running slots."""
-
-    def __init__(self, max_concurrent: int, max_queue: int, poll_s: float) -> None:
-        self.max_concurrent, self.max_queue, self.poll_s = max_concurrent, max_queue, poll_s
-        self.admitted = 0
-        self.running = 0
-        self._sem = asyncio.Semaphore(max_concurrent)
-
-    def admit(self) -> None:
-        if self.admitted >= self.max_concurrent + self.max_queue:
-            raise APIError(503, f"the server is busy: {self.running} requests running and "
-                           f"{self.admitted - self.running} queued (--max-queue {self.max_queue}); "
-                           "retry later", "server_overloaded", code="queue_full",
-                           headers={"Retry-After": "1"})
-        self.admitted += 1
-
-    def leave(self) -> None:
-        self.admitted -= 1
-
-    @asynccontextmanager
-    async def slot(self, request: Request) -> AsyncIterator[None]:
-        """Hold a running slot; gives up (ClientGone) if the client leaves while queued."""
-        while True:
-            try:
-                await asyncio.wait_for(self._sem.acquire(), timeout=self.poll_s)
-                break
-            except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    raise ClientGone() from None
-        self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
-            self._sem.release()
 
 
 def _validation_message(err: ValidationError) -> tuple[str, str | None]:
