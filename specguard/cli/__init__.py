@@ -1,4 +1,5 @@
-"""The `specguard` command: run (trace one question), models (offline cache), calibrate, bench.
+"""The `specguard` command: run (trace one question), models (offline cache), calibrate, bench,
+serve (OpenAI-compatible HTTP API).
 
 The root of the command line sits above core and bench, so neither imports the other's CLI. Heavy
 imports (torch, transformers) happen inside the handlers: `specguard --help` answers at once.
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 from specguard.cli.models import add_models_parser
 from specguard.cli.run import add_run_parser
+from specguard.cli.serve import add_serve_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_models_parser(sub)
     add_calibrate_parser(sub)
     add_bench_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 

@@ -1,0 +1,121 @@
+"""`specguard serve`: load the draft/target pair once and serve it over an OpenAI-compatible API.
+
+The listening socket is bound before the models load, so a port in use (or not allowed) fails in
+a second with a plain message. FastAPI and uvicorn are imported in the handler only (the `serve`
+extra), so `specguard --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import socket
+import sys
+from typing import Any
+
+from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, parse_sets, preset
+from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+
+API_KEY_ENV = "SPECGUARD_API_KEY"
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def add_serve_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve the pair over an OpenAI-compatible HTTP API",
+                       description="Serve /v1/chat/completions, /v1/completions, /v1/models and "
+                       "/health (FastAPI + uvicorn; needs `pip install 'specguard[serve]'`).")
+    p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model (default %(default)s)")
+    p.add_argument("--target", default=DEFAULT_TARGET, help="target model (default %(default)s)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="fast")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="default config override, repeatable (k=4, tau=0.6); a request may "
+                   "override these with its OpenAI fields or extra_body={'specguard': {...}}")
+    p.add_argument("--bounds", help="normaliser bounds JSON from `specguard calibrate`")
+    p.add_argument("--max-new-tokens", type=int, default=512,
+                   help="default when a request sets no max_tokens (default %(default)s)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
+    p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16",
+                                                           "float32"])
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s; "
+                   "use 0.0.0.0 only with --api-key)")
+    p.add_argument("--port", type=int, default=8000, help="default %(default)s")
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
+                   help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}, else none)")
+    p.add_argument("--served-model-name", help="the model id clients send (default: "
+                   "specguard:<draft>+<target> as given here; GET /v1/models shows it)")
+    p.add_argument("--max-concurrent", type=int, default=1,
+                   help="requests run at once (the engine serves one at a time today; "
+                   "default %(default)s)")
+    p.add_argument("--max-queue", type=int, default=16,
+                   help="requests waiting for a slot; more get 503 (default %(default)s)")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=cmd_serve)
+
+
+def _config(args: argparse.Namespace) -> SpecGuardConfig:
+    overrides: dict[str, Any] = parse_sets(args.sets)
+    if args.bounds:
+        overrides["bounds"] = NormBounds.load(args.bounds)
+    return preset(args.preset, max_new_tokens=args.max_new_tokens, **overrides)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, or an OSError whose message says what to do."""
+    if not 0 <= port <= 65535:
+        raise OSError(f"--port {port} is not a port number (0-65535)")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as err:
+        where = f"{host}:{port}"
+        if err.errno == errno.EADDRINUSE:
+            msg = f"cannot listen on {where}: the port is already in use; pick another --port"
+        elif err.errno == errno.EACCES:
+            msg = (f"cannot listen on {where}: not allowed (ports below 1024 need privileges); "
+                   "pick --port 1024 or above")
+        elif err.errno == errno.EADDRNOTAVAIL or isinstance(err, socket.gaierror):
+            msg = (f"cannot listen on {where}: {host} is not an address of this machine; use "
+                   "127.0.0.1 (local) or 0.0.0.0 (all interfaces)")
+        else:
+            msg = f"cannot listen on {where}: {err.strerror or err}"
+        raise OSError(msg) from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from specguard.serve.app import ServeSettings, create_app
+    except ImportError as err:
+        print(f"error: `specguard serve` needs FastAPI and uvicorn ({err.name} is missing); "
+              "install them with: pip install 'specguard[serve]'", file=sys.stderr)
+        return 2
+    settings = ServeSettings(api_key=args.api_key or None, max_concurrent=args.max_concurrent,
+                             max_queue=args.max_queue,
+                             model_name=args.served_model_name or
+                             f"specguard:{args.draft}+{args.target}")
+    cfg = _config(args)
+    sock = bind(args.host, args.port)
+    if args.host not in _LOOPBACK and not settings.api_key:
+        print(f"warning: listening on {args.host} without --api-key: anyone who can reach this "
+              "port can use the models", file=sys.stderr)
+    from rich.console import Console
+
+    from specguard_core.engine.loop import SpecGuardEngine
+
+    try:
+        with Console(stderr=True).status(f"loading {args.draft} and {args.target} ..."):
+            engine = SpecGuardEngine.from_pretrained(args.draft, args.target, device=args.device,
+                                                     dtype=args.dtype, config=cfg)
+    except BaseException:
+        sock.close()
+        raise
+    app = create_app(engine, settings)
+    name = settings.model_name
+    host, port = sock.getsockname()[:2]
+    print(f"serving {name} on http://{host}:{port}/v1", file=sys.stderr)
+    server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level))
+    server.run(sockets=[sock])
+    return 0

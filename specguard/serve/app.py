@@ -1,0 +1,268 @@
+"""`create_app(engine, settings)`: the OpenAI-compatible HTTP API over one `SpecGuardEngine`.
+
+Each request: authorise, validate (400s), admit (503 when `max_concurrent + max_queue` requests
+are already in), validate against the engine (`engine.stream` checks messages, tools and the
+context window eagerly, on a worker thread), wait for a slot, then iterate the engine's steps on a
+worker thread of its own (`iterate_in_thread`); the event loop only moves bytes. A client that
+leaves (mid-stream, or while queued) closes its `GenerationStream` and frees its slot.
+
+`slots.Slots` is the one seam for concurrency (`max_concurrent`), which batching will widen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from specguard.serve import convert
+from specguard.serve.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ErrorType,
+    error_body,
+)
+from specguard.serve.slots import APIError, ClientGone, EventStream, Lease, Slots
+from specguard_core.config import SpecGuardConfig
+from specguard_core.engine.aio import iterate_in_thread
+from specguard_core.engine.chat import InputError
+
+if TYPE_CHECKING:
+    from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
+
+log = logging.getLogger("specguard.serve")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Server knobs (the engine's per-request defaults stay in `engine.config`)."""
+
+    api_key: str | None = None  # None: no authentication
+    max_concurrent: int = 1  # requests iterating the engine at once
+    max_queue: int = 16  # requests waiting for a slot; one more gets 503
+    model_name: str | None = None  # the served model id; default: engine.model_name
+    queue_poll_s: float = 0.5  # how often a queued request checks that its client is still there
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent < 1 or self.max_queue < 0:
+            raise ValueError("max_concurrent must be >= 1 and max_queue >= 0")
+
+
+def _validation_message(err: ValidationError) -> tuple[str, str | None]:
+    first = err.errors()[0]
+    param = ".".join(str(p) for p in first.get("loc", ())) or None
+    if first.get("type") == "extra_forbidden":
+        return f"Unrecognized request argument supplied: {param}", param
+    if first.get("type") == "missing":
+        return f"Missing required parameter: {param!r}", param
+    return f"{param}: {first.get('msg')}", param
+
+
+def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -> FastAPI:
+    """The FastAPI app serving `engine`: /v1/chat/completions, /v1/completions, /v1/models,
+    /health. Errors are OpenAI's error JSON."""
+    settings = settings or ServeSettings()
+    model_name = settings.model_name or engine.model_name
+    created = int(time.time())
+    slots = Slots(settings.max_concurrent, settings.max_queue, settings.queue_poll_s)
+    takes_format = "response_format" in inspect.signature(engine.stream).parameters
+
+    app = FastAPI(title="SpecGuard", description="OpenAI-compatible API over a SpecGuard engine")
+    app.state.slots = slots
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, err: APIError) -> JSONResponse:
+        return JSONResponse(err.body, status_code=err.status, headers=err.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
+        type_: ErrorType = "not_found_error" if err.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(str(err.detail), type_), status_code=err.status_code)
+
+    def authorise(request: Request) -> None:
+        if settings.api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(key.strip().encode(),
+                                                                    settings.api_key.encode()):
+            raise APIError(401, "invalid or missing API key; send 'Authorization: Bearer <key>' "
+                           "with the key given to `specguard serve --api-key`",
+                           "authentication_error", code="invalid_api_key")
+
+    async def parse(request: Request, model: type[ChatCompletionRequest] | type[CompletionRequest]
+                    ) -> Any:
+        authorise(request)
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise APIError(400, "the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise APIError(400, "the request body must be a JSON object")
+        try:
+            req = model.model_validate(body)
+        except ValidationError as err:
+            message, param = _validation_message(err)
+            raise APIError(400, message, param=param) from None
+        for param, why in req.unsupported():
+            raise APIError(400, why, param=param, code="unsupported_parameter")
+        if req.model != model_name:
+            raise APIError(404, f"the model {req.model!r} does not exist; this server serves "
+                           f"{model_name!r} (GET /v1/models)", "not_found_error", "model",
+                           "model_not_found")
+        return req
+
+    def config_for(req: ChatCompletionRequest | CompletionRequest) -> SpecGuardConfig:
+        try:
+            return convert.request_config(engine.config, req)
+        except ValueError as err:
+            raise APIError(400, str(err), param="specguard" if req.specguard else None) from None
+
+    async def open_stream(messages: Any, cfg: SpecGuardConfig, **kwargs: Any) -> Lease:
+        """Admit, then open the engine's stream: `engine.stream` validates eagerly (tokenises the
+        prompt), on a worker thread, not on the event loop."""
+        slots.admit()
+        try:
+            stream = await asyncio.to_thread(engine.stream, messages, config=cfg, **kwargs)
+            return Lease(slots, stream)
+        except InputError as err:
+            slots.leave()
+            raise APIError(400, str(err)) from None
+        except BaseException:
+            slots.leave()
+            raise
+
+    async def run(request: Request, stream: GenerationStream) -> None:
+        """Iterate to the end (non-streaming); stops early if the client leaves."""
+        async with slots.slot(request):
+            async for _ in iterate_in_thread(lambda: stream, stream.close, name="specguard-serve"):
+                if await request.is_disconnected():
+                    raise ClientGone()
+
+    async def respond(request: Request, lease: Lease, build: Any, rid: str) -> Any:
+        try:
+            await run(request, lease.stream)
+        except ClientGone:
+            return JSONResponse(error_body("client disconnected", "invalid_request_error"), 499)
+        except InputError as err:
+            raise APIError(400, str(err)) from None
+        except Exception as err:  # noqa: BLE001 - answered as OpenAI's server_error
+            log.exception("generation failed")
+            raise APIError(500, f"generation failed: {type(err).__name__}: {err}",
+                           "server_error") from None
+        finally:
+            lease.release()
+        return JSONResponse(build(lease.stream.result, rid, model_name))
+
+    async def events(request: Request, lease: Lease, rid: str, obj: str,
+                     stops: tuple[str, ...], include_usage: bool) -> AsyncIterator[str]:
+        """SSE: a role chunk, one chunk per committed step (its trace in `specguard.step`), a final
+        chunk with finish_reason and the run's trace, the usage chunk if asked, then [DONE]."""
+        now, chat, stream = int(time.time()), obj == "chat.completion.chunk", lease.stream
+        try:
+            async with slots.slot(request):
+                if chat:
+                    yield convert.sse(convert.chat_chunk(
+                        rid, model_name, now, {"role": "assistant", "content": ""},
+                        include_usage=include_usage))
+                deltas = convert.StepDeltas(stops)
+                async for step in iterate_in_thread(lambda: stream, stream.close,
+                                                    name="specguard-serve"):
+                    delta, trace = deltas.delta(step), {"step": convert.step_trace(step)}
+                    yield convert.sse(
+                        convert.chat_chunk(rid, model_name, now, delta, None, trace, include_usage)
+                        if chat else convert.completion_chunk(rid, model_name, now,
+                                                              delta.get("content", ""), None,
+                                                              trace, include_usage))
+                result = stream.result
+                rest = deltas.flush(result.text)
+                finish, trace = convert.openai_finish(result.finish_reason), \
+                    {"run": convert.run_trace(result, steps=False)}
+                yield convert.sse(
+                    convert.chat_chunk(rid, model_name, now, rest, finish, trace, include_usage)
+                    if chat else convert.completion_chunk(rid, model_name, now,
+                                                          rest.get("content", ""), finish, trace,
+                                                          include_usage))
+                if include_usage:
+                    yield convert.sse(convert.usage_chunk(rid, model_name, now, obj, result))
+        except ClientGone:
+            return
+        except Exception as err:  # noqa: BLE001 - headers are sent: report in-band, as vLLM does
+            log.exception("generation failed")
+            bad_input = isinstance(err, InputError)
+            type_: ErrorType = "invalid_request_error" if bad_input else "server_error"
+            body = error_body(f"generation failed: {err}", type_, code=str(400 if bad_input else 500))
+            yield convert.sse(body)
+        finally:
+            lease.release()
+        yield convert.sse("[DONE]")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        req: ChatCompletionRequest = await parse(request, ChatCompletionRequest)
+        cfg = config_for(req)
+        try:
+            messages = convert.engine_messages(req.messages)
+        except InputError as err:
+            raise APIError(400, str(err), param="messages") from None
+        kwargs: dict[str, Any] = {"tools": req.tools, "tool_choice": req.tool_choice or "auto"}
+        if req.response_format and takes_format:
+            kwargs["response_format"] = req.response_format
+        elif req.response_format and (instruction := convert.format_instruction(
+                req.response_format)):
+            messages = convert.with_instruction(messages, instruction)
+        lease = await open_stream(messages, cfg, **kwargs)
+        rid = convert.new_id("chatcmpl")
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return EventStream(events(request, lease, rid, "chat.completion.chunk", cfg.stop,
+                                      include_usage), lease)
+        return await respond(request, lease, convert.chat_response, rid)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        req: CompletionRequest = await parse(request, CompletionRequest)
+        cfg = config_for(req)
+        lease = await open_stream(req.text(), cfg)
+        rid = convert.new_id("cmpl")
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return EventStream(events(request, lease, rid, "text_completion", cfg.stop,
+                                      include_usage), lease)
+        return await respond(request, lease, convert.completion_response, rid)
+
+    card = {"id": model_name, "object": "model", "created": created, "owned_by": "specguard",
+            "specguard": {"draft": engine.draft.name, "target": engine.target.name,
+                          "context_window": engine.context_window}}
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict[str, Any]:
+        authorise(request)
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(request: Request, model_id: str) -> dict[str, Any]:
+        authorise(request)
+        if model_id != model_name:
+            raise APIError(404, f"the model {model_id!r} does not exist; this server serves "
+                           f"{model_name!r}", "not_found_error", "model", "model_not_found")
+        return card
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": model_name, "running": slots.running,
+                "queued": slots.admitted - slots.running, "max_concurrent": slots.max_concurrent,
+                "max_queue": slots.max_queue}
+
+    return app

@@ -1,0 +1,269 @@
+"""OpenAI requests -> engine inputs; engine steps and results -> OpenAI responses and stream chunks.
+
+Pure functions and one small translator class, no I/O: `app.py` does the HTTP. Every response and
+chunk carries the SpecGuard trace in a `specguard` extension field (`StepRecord.trace()` per step,
+`GenerationResult.trace()` per run), which OpenAI clients ignore and keep in `model_extra`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from specguard.serve.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
+from specguard_core.config import SpecGuardConfig
+from specguard_core.engine.chat import InputError
+from specguard_core.engine.steps import StepRules, strip_markers
+from specguard_core.types import FinishReason, GenerationResult, StepRecord, ToolCall
+
+_RULES = StepRules()
+_JSON_ONLY = "Reply with a single JSON object and nothing else."
+
+
+# ---- requests -> engine inputs ---------------------------------------------------------------
+def _content_text(content: str | list[dict[str, Any]] | None, index: int) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    parts = []
+    for part in content:
+        if part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise InputError(f"message {index} has a {part.get('type')!r} content part; this "
+                             "server takes text only ({'type': 'text', 'text': ...})")
+        parts.append(part["text"])
+    return "".join(parts)
+
+
+def engine_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """OpenAI chat messages as the engine's message dicts (text content, tool calls kept). A
+    "developer" message is a system message, as OpenAI treats it for models without that role
+    (open chat templates would otherwise drop it silently)."""
+    out = []
+    for i, m in enumerate(messages):
+        role = "system" if m.role == "developer" else m.role
+        msg: dict[str, Any] = {"role": role, "content": _content_text(m.content, i)}
+        for key in ("name", "tool_calls", "tool_call_id"):
+            if getattr(m, key) is not None:
+                msg[key] = getattr(m, key)
+        out.append(msg)
+    return out
+
+
+def format_instruction(response_format: dict[str, Any]) -> str | None:
+    """OpenAI's `response_format` as an instruction for the model (None for plain text)."""
+    kind = response_format.get("type")
+    if kind == "json_schema":
+        schema = response_format.get("json_schema", {}).get("schema", {})
+        return f"{_JSON_ONLY} It must match this JSON schema:\n{json.dumps(schema)}"
+    if kind == "json_object":
+        return _JSON_ONLY
+    return None
+
+
+def with_instruction(messages: list[dict[str, Any]], instruction: str) -> list[dict[str, Any]]:
+    """`instruction` appended to the leading system message (or added as one)."""
+    if messages and messages[0]["role"] in ("system", "developer"):
+        first = {**messages[0], "content": f"{messages[0]['content'] or ''}\n\n{instruction}".strip()}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": instruction}, *messages]
+
+
+def request_config(base: SpecGuardConfig, req: ChatCompletionRequest | CompletionRequest
+                   ) -> SpecGuardConfig:
+    """The request's SpecGuardConfig: the server's config, then the OpenAI sampling fields, then
+    the `specguard` extension's overrides. Raises ValueError naming the bad field."""
+    limit = req.token_limit() if isinstance(req, ChatCompletionRequest) else req.max_tokens
+    openai = {"temperature": req.temperature, "top_p": req.top_p, "max_new_tokens": limit,
+              "stop": req.stops(), "seed": req.seed}
+    return base.merged(**openai, **(req.specguard or {}))
+
+
+# ---- engine results -> responses ----------------------------------------------------------
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def openai_finish(reason: FinishReason) -> str:
+    """OpenAI has no "max_steps": the run hit a limit, which OpenAI calls "length" (the trace keeps
+    the engine's own reason)."""
+    return "length" if reason == "max_steps" else reason
+
+
+def usage(result: GenerationResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"prompt_tokens": result.usage.prompt_tokens,
+                           "completion_tokens": result.usage.completion_tokens,
+                           "total_tokens": result.usage.total_tokens}
+    reasoning = sum(len(s.token_ids) for s in result.steps if s.kind == "reasoning")
+    if reasoning:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return out
+
+
+def openai_tool_call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments,
+                                                                      ensure_ascii=False)}}
+
+
+def _invalid(result: GenerationResult) -> list[dict[str, Any]]:
+    return [{"id": c.id, "name": c.name, "raw": c.raw, "error": c.error}
+            for c in result.invalid_tool_calls]
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with non-finite floats (an -inf log-prob, say) as None: JSON has no Infinity/NaN
+    and strict clients reject them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def step_trace(step: StepRecord) -> dict[str, Any]:
+    return json_safe(step.trace())
+
+
+def run_trace(result: GenerationResult, steps: bool = True) -> dict[str, Any]:
+    """The run's trace for the `specguard` field; invalid tool calls (which OpenAI's format has no
+    place for) are listed there too."""
+    trace = result.trace()
+    if not steps:
+        trace.pop("steps")
+    trace["invalid_tool_calls"] = _invalid(result)
+    return json_safe(trace)
+
+
+def chat_response(result: GenerationResult, rid: str, model: str) -> dict[str, Any]:
+    """A `chat.completion` object. Only verified tool calls appear in `tool_calls`."""
+    message: dict[str, Any] = {"role": "assistant", "content": result.text or None,
+                               "refusal": None}
+    if result.tool_calls:
+        message["tool_calls"] = [openai_tool_call(c) for c in result.tool_calls]
+    elif not result.text:
+        message["content"] = ""
+    if result.reasoning:
+        message["reasoning_content"] = result.reasoning
+    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": openai_finish(result.finish_reason)}],
+            "usage": usage(result), "specguard": run_trace(result)}
+
+
+def completion_response(result: GenerationResult, rid: str, model: str) -> dict[str, Any]:
+    """A `text_completion` object: the answer text (reasoning in the trace only)."""
+    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "text": result.text, "logprobs": None,
+                         "finish_reason": openai_finish(result.finish_reason)}],
+            "usage": usage(result), "specguard": run_trace(result)}
+
+
+# ---- engine steps -> stream chunks -----------------------------------------------------------
+class StepDeltas:
+    """Turns one run's committed steps into deltas whose concatenation equals the final answer:
+    the answer is rebuilt as the result builds it (answer steps, cut at the first stop string,
+    stripped) and only its settled part is sent, i.e. trailing whitespace and a tail that could
+    still become a stop string are held back until the next step or `flush`. Reasoning goes to
+    `reasoning_content`; verified tool calls are numbered in order."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = tuple(s for s in stops if s)
+        self.steps: list[tuple[str, str]] = []  # (kind, text) of every committed step
+        self.sent, self.n_calls = "", 0
+
+    @property
+    def raw(self) -> str:
+        return "".join(text for _, text in self.steps)
+
+    def _stop_at(self, raw: str) -> int | None:
+        hits = [raw.find(s) for s in self.stops if s in raw]
+        return min(hits) if hits else None
+
+    def _settled_end(self, raw: str) -> int:
+        """End of the text no later step can change: the first stop, else before a tail that is
+        the start of a stop string."""
+        stop = self._stop_at(raw)
+        if stop is not None:
+            return stop
+        tail = max((n for s in self.stops for n in range(1, len(s)) if raw.endswith(s[:n])),
+                   default=0)
+        return len(raw) - tail
+
+    def _answer(self, end: int) -> str:
+        out, pos = [], 0
+        for kind, text in self.steps:
+            if kind == "answer":
+                out.append(text[:max(0, end - pos)])
+            pos += len(text)
+        return "".join(out).strip()
+
+    def _send(self, text: str) -> dict[str, Any]:
+        if not text.startswith(self.sent):  # cannot happen: settled text only grows
+            return {}
+        new, self.sent = text[len(self.sent):], text
+        return {"content": new} if new else {}
+
+    def delta(self, step: StepRecord) -> dict[str, Any]:
+        before = self.raw
+        self.steps.append((step.kind, step.text))
+        if step.kind == "reasoning":
+            full = before + step.text
+            cut = self._stop_at(full)
+            visible = full[len(before):] if cut is None else full[len(before):max(cut, len(before))]
+            reasoning = strip_markers(visible, _RULES)
+            return {"reasoning_content": reasoning} if reasoning else {}
+        if step.kind == "tool_call":
+            call = step.tool_call
+            if call is None or not call.valid:
+                return {}  # listed in the final chunk's specguard.run.invalid_tool_calls
+            self.n_calls += 1
+            return {"tool_calls": [{"index": self.n_calls - 1, **openai_tool_call(call)}]}
+        raw = self.raw
+        return self._send(self._answer(self._settled_end(raw)))
+
+    def flush(self, final_text: str) -> dict[str, Any]:
+        """The rest of the answer once the run is over (`GenerationResult.text`)."""
+        return self._send(final_text)
+
+
+def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any],
+               finish: str | None = None, trace: dict[str, Any] | None = None,
+               include_usage: bool = False) -> dict[str, Any]:
+    chunk: dict[str, Any] = {
+        "id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    if include_usage:
+        chunk["usage"] = None
+    if trace is not None:
+        chunk["specguard"] = trace
+    return chunk
+
+
+def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None = None,
+                     trace: dict[str, Any] | None = None,
+                     include_usage: bool = False) -> dict[str, Any]:
+    chunk: dict[str, Any] = {
+        "id": rid, "object": "text_completion", "created": created, "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+    if include_usage:
+        chunk["usage"] = None
+    if trace is not None:
+        chunk["specguard"] = trace
+    return chunk
+
+
+def usage_chunk(rid: str, model: str, created: int, obj: str,
+                result: GenerationResult) -> dict[str, Any]:
+    """The extra last chunk of `stream_options.include_usage`: no choices, the run's usage."""
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+            "usage": usage(result)}
+
+
+def sse(data: dict[str, Any] | str) -> str:
+    """One server-sent event."""
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"

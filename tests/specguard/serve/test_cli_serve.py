@@ -1,0 +1,105 @@
+"""`specguard serve`: flags reach the server, a port in use or an address not ours fails fast and
+plainly, a missing extra says what to install, and the CLI parser never imports the web stack."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+
+from specguard.cli import main  # noqa: E402
+from specguard_core.engine.loop import SpecGuardEngine  # noqa: E402
+from specguard_core.testing import scripted_engine  # noqa: E402
+from tests.specguard.serve.serve_helpers import ANSWER, reply, wait_for  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_port_in_use_exits_nonzero_without_traceback() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "specguard", "serve", "--port", str(port)],
+                             capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}: the port is already in use" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--host", "192.0.2.1", "--port", "8000"], "192.0.2.1 is not an address of this machine"),
+    (["--port", "70000"], "is not a port number"),
+])
+def test_address_not_allowed(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+                             ) -> None:
+    assert main(["serve", *argv]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_missing_extra_says_what_to_install(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if not installed
+    assert main(["serve", "--port", "0"]) == 2
+    assert "pip install 'specguard[serve]'" in capsys.readouterr().err
+
+
+def test_parser_does_not_import_the_web_stack() -> None:
+    code = ("import sys, specguard.cli; specguard.cli.build_parser(); "
+            "print(sorted(m for m in ('torch', 'fastapi', 'uvicorn', 'starlette') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT, timeout=120)
+    assert out.stdout.strip() == "[]"
+
+
+def test_serve_runs_with_its_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_load(draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
+        seen.update(draft=draft, target=target, **kwargs)
+        return scripted_engine(reply, config=kwargs["config"])
+
+    servers: list[Any] = []
+    real_run = uvicorn.Server.run
+
+    def capture_run(self: Any, sockets: Any = None) -> None:
+        servers.append(self)
+        real_run(self, sockets=sockets)
+
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained", staticmethod(fake_load))
+    monkeypatch.setattr(uvicorn.Server, "run", capture_run)
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # a free port, released for the server to take
+    argv = ["serve", "--draft", "d", "--target", "t", "--port", str(port), "--api-key", "k1",
+            "--served-model-name", "sg", "--set", "k=1", "--set", "temperature=0",
+            "--max-concurrent", "2", "--max-queue", "3", "--device", "cpu", "--log-level",
+            "warning"]
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(main(argv)), daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: bool(servers) and servers[0].started, timeout_s=30)
+        url, auth = f"http://127.0.0.1:{port}", {"Authorization": "Bearer k1"}
+        assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401
+        assert httpx.get(f"{url}/v1/models", headers=auth, timeout=5).json()["data"][0]["id"] == \
+            "sg"
+        health = httpx.get(f"{url}/health", timeout=5).json()
+        assert (health["max_concurrent"], health["max_queue"]) == (2, 3)
+        r = httpx.post(f"{url}/v1/chat/completions", headers=auth, timeout=30, json={
+            "model": "sg", "messages": [{"role": "user", "content": "(3 + 4) * 6?"}]})
+        assert r.json()["choices"][0]["message"]["content"] == ANSWER
+    finally:
+        if servers:
+            servers[0].should_exit = True
+        thread.join(timeout=15)
+    assert result == [0]
+    assert (seen["draft"], seen["target"], seen["device"]) == ("d", "t", "cpu")
+    assert (seen["config"].k, seen["config"].temperature) == (1, 0.0)
