@@ -126,6 +126,12 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
         model: Any = AutoModelForCausalLM.from_pretrained(
             folder, dtype=_dtype(dtype), device_map=device_map, **kwargs)
+    except ValueError as err:
+        if trust_remote_code or "trust_remote_code" not in str(err):
+            raise
+        raise ValueError(f"model {ref!r} needs Python code shipped in its folder, which SpecGuard "
+                         "does not run unless asked: pass trust_remote_code=True (CLI: "
+                         "--trust-remote-code) only if you trust that code") from None
     except SafetensorError as err:
         raise OSError(f"could not load model {ref!r}: its weights are damaged ({err}); fetch or "
                       "convert it again (`specguard models fetch` for cached models)") from None

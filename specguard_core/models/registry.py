@@ -178,7 +178,8 @@ def _safetensors_problem(path: Path) -> str | None:
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
         return f"{path.name} has a corrupt header"
     if 8 + n + end != size:
-        return f"{path.name} has {size} bytes but its header describes {8 + n + end} (truncated)"
+        why = "truncated" if size < 8 + n + end else "corrupt: bytes past the last tensor"
+        return f"{path.name} has {size} bytes but its header describes {8 + n + end} ({why})"
     return None
 
 
