@@ -16,7 +16,7 @@ CALLS = {
     "deep": '<tool_call>\n{"name": "get_weather", "arguments": {"city": '
             + "[" * 1200 + "]" * 1200 + "}}\n</tool_call>",
     "deepopen": '<tool_call>\n{"name": "get_weather", "arguments": {"city": ' + "[" * 1200,
-    "deepbare": '{"name": "get_weather", "arguments": {"city": ' + "{" * 1200,
+    "deepbare": '{"name": "get_weather", "arguments": ' + '{"a": ' * 1200,
     "nested100": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": '
                  + "[" * 100 + "]" * 100 + "}}\n</tool_call>",
     "nan": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": NaN}}'
