@@ -8,17 +8,15 @@ fallback for Hermes-style `<tool_call>{json}</tool_call>` blocks.
 from __future__ import annotations
 
 import json
-import math
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jsonschema
-from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
-from referencing.jsonschema import DRAFT202012, specification_with
 
+from specguard_core.engine.schema import json_problem, loads_untrusted, unresolvable_ref, validator
 from specguard_core.types import ToolCall
 
 Message = dict[str, Any]
@@ -33,8 +31,6 @@ _ROLES = {"system", "user", "assistant", "tool", "developer"}
 _TEXT_PARTS = {"text", "input_text", "output_text"}
 _MEDIA_PARTS = {"image_url", "image", "input_image", "audio", "input_audio", "file", "input_file",
                 "video", "video_url"}
-MAX_JSON_DEPTH = 64  # deeper tool-call arguments are refused: nothing real nests that deep, and
-# recursive consumers (deepcopy, jsonschema, templates) would hit Python's recursion limit
 
 
 def check_unicode(value: Any, where: str) -> None:
@@ -131,39 +127,6 @@ def normalise_messages(messages_or_prompt: str | Sequence[Message]) -> list[Mess
     return messages
 
 
-def _no_retrieval(uri: str) -> Resource:
-    raise LookupError(f"SpecGuard never fetches schemas ({uri})")
-
-
-# immutable; resolves references inside the schema only (mypy does not see attrs' alias `retrieve`)
-_OFFLINE = Registry(retrieve=_no_retrieval)  # type: ignore[call-arg]
-
-
-def _validator(schema: Any) -> Any:
-    """A JSON-schema validator for `schema` (its `$schema` dialect, else 2020-12) that resolves
-    references inside the schema only: a remote `$ref` is an error, never a download."""
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, registry=_OFFLINE)
-
-
-def _unresolvable_ref(schema: Any) -> str | None:
-    """The first `$ref` of `schema` that does not resolve inside it (remote or dangling)."""
-    spec = specification_with(schema.get("$schema", ""), default=DRAFT202012) \
-        if isinstance(schema, dict) else DRAFT202012
-    root = spec.create_resource(schema)
-    stack = [(root, _OFFLINE.resolver_with_root(root))]
-    while stack:
-        resource, resolver = stack.pop()
-        ref = resource.contents.get("$ref") if isinstance(resource.contents, dict) else None
-        if isinstance(ref, str):
-            try:
-                resolver.lookup(ref)
-            except Unresolvable:
-                return ref
-        stack.extend((sub, resolver.in_subresource(sub)) for sub in resource.subresources())
-    return None
-
-
 def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """OpenAI-style tool definitions, each checked to be a function with a unique name and a valid
     JSON schema whose references all resolve inside it (none is ever fetched)."""
@@ -185,8 +148,8 @@ def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
         check_unicode(tool, f"tool {name!r}")
         params = fn.get("parameters", {"type": "object", "properties": {}})
         try:
-            _validator(params).check_schema(params)
-            ref = _unresolvable_ref(params)
+            validator(params).check_schema(params)
+            ref = unresolvable_ref(params)
         except jsonschema.SchemaError as err:
             raise InputError(f"tool {name!r} has an invalid JSON schema: {err.message}") from None
         except RecursionError:
@@ -210,7 +173,7 @@ def _arguments_as_dicts(messages: list[Message]) -> list[Message]:
                 fn = dict(c.get("function", c))
                 if isinstance(fn.get("arguments"), str):
                     try:
-                        fn["arguments"] = _loads(fn["arguments"] or "{}")
+                        fn["arguments"] = loads_untrusted(fn["arguments"] or "{}")
                     except (ValueError, RecursionError):
                         raise InputError(f"tool call {fn.get('name')!r} has arguments that are not "
                                          "JSON") from None
@@ -245,31 +208,6 @@ _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _loads(text: str) -> Any:
-    """Strict JSON for model output: NaN/Infinity refused (they would be written out as non-JSON)."""
-    return json.loads(text, strict=False, parse_constant=_no_constants)
-
-
-def json_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
-    """Why `value` is not plain JSON data (a non-finite float, nesting deeper than `limit`), or
-    None. Walked iteratively, so any depth is safe to check."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return f"{item} is not a JSON number"
-        if isinstance(item, (dict, list)):
-            if depth > limit:
-                return f"nested deeper than {limit} levels"
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return None
-
-
 def _parse_hermes(text: str) -> dict[str, Any]:
     """A Hermes `<tool_call>{json}</tool_call>` block, or a bare/fenced JSON call."""
     m = _HERMES.search(text)
@@ -280,12 +218,12 @@ def _parse_hermes(text: str) -> dict[str, Any]:
         body = fenced.group(1)
     elif not body.startswith("{"):
         raise ValueError("no <tool_call> block")
-    data = _loads(body)
+    data = loads_untrusted(body)
     if not isinstance(data, dict) or "name" not in data:
         raise ValueError('a tool call must be a JSON object with "name" and "arguments"')
     args = data.get("arguments", data.get("parameters", {}))
     if isinstance(args, str):
-        args = _loads(args)
+        args = loads_untrusted(args)
     return {"name": data["name"], "arguments": args}
 
 
@@ -325,7 +263,7 @@ def parse_tool_call(text: str, tools: list[dict[str, Any]], tokenizer: Any = Non
     if problem:
         return ToolCall(call_id, name, {}, raw=text, error=f"arguments invalid: {problem}")
     try:
-        _validator(schemas[name]).validate(args)
+        validator(schemas[name]).validate(args)
     except jsonschema.ValidationError as err:
         return ToolCall(call_id, name, args, raw=text, error=f"arguments invalid: {err.message}")
     except (Unresolvable, RecursionError) as err:  # check_tools refuses these schemas; kept safe
