@@ -56,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError, ModelFetchError) as err:  # FileNotFoundError is an OSError
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -75,18 +75,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from specguard_core.engine.chat import normalise_messages
     from specguard_core.engine.loop import SpecGuardEngine
     from specguard_core.models.loading import resolve_device
 
     console = Console(stderr=False)
     cfg = _config(args)
-    device = resolve_device(args.device)  # a bad device fails now, not after minutes of loading
+    # bad input fails now, not after minutes of loading
+    messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
+        normalise_messages(args.question)
+    normalise_messages(messages)
+    device = resolve_device(args.device)
     with console.status(f"loading {args.draft} and {args.target} ..."):
         engine = SpecGuardEngine.from_pretrained(args.draft, args.target, device=device,
                                                  dtype=args.dtype, config=cfg,
                                                  trust_remote_code=args.trust_remote_code)
-    messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
-        [{"role": "user", "content": args.question}]
     stream = engine.stream(messages)
     for step in stream:
         if not args.json:

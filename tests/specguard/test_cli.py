@@ -84,3 +84,9 @@ def test_trust_remote_code_flag_reaches_the_loader(pair_dirs: tuple[Path, Path],
             "--device", "cpu", "--max-new-tokens", "2", "--json"]
     assert main(base) == 0 and seen == [False, False]
     assert main([*base, "--trust-remote-code"]) == 0 and seen[2:] == [True, True]
+
+
+def test_empty_question_fails_before_loading(capsys: pytest.CaptureFixture[str]) -> None:
+    # the models do not exist: the question is checked first
+    assert main(["run", "  ", "--draft", "./nope", "--target", "./nope"]) == 2
+    assert "the prompt is empty" in capsys.readouterr().err
