@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_GREEDY_BELOW = 1e-5  # temperatures below this are greedy (vLLM's _SAMPLING_EPS)
 
 
 class NormBounds(BaseModel):
@@ -29,6 +31,10 @@ class NormBounds(BaseModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> NormBounds:
+        for name, value in self.model_dump().items():
+            if not math.isfinite(value):
+                raise ValueError(f"bounds must be finite numbers, got {name}={value} (a NaN or infinite "
+                                 "bound rejects or keeps every step)")
         if not self.confidence_min < self.confidence_max:
             raise ValueError("confidence_min must be < confidence_max")
         if not self.grounding_min < self.grounding_max:
@@ -40,13 +46,26 @@ class NormBounds(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> NormBounds:
+        """Bounds from a JSON file (as `save` or `specguard calibrate` writes it: the four fields,
+        optionally under "bounds"). Raises FileNotFoundError or ValueError naming the file."""
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"bounds file {path} not found; create it with `specguard calibrate`"
             ) from None
-        return cls.model_validate(data.get("bounds", data))
+        except (ValueError, RecursionError) as err:  # empty, not JSON, not UTF-8
+            raise ValueError(f"bounds file {path} is not valid JSON ({err}); recreate it with "
+                             "`specguard calibrate`") from None
+        if isinstance(data, dict) and isinstance(data.get("bounds"), dict):
+            data = data["bounds"]
+        if not isinstance(data, dict):
+            raise ValueError(f"bounds file {path} holds a {type(data).__name__}, not an object "
+                             "with confidence_min/max and grounding_min/max")
+        try:
+            return cls.model_validate(data)
+        except ValueError as err:
+            raise ValueError(f"bounds file {path}: {err}") from None
 
 
 class SpecGuardConfig(BaseModel):
@@ -79,10 +98,29 @@ class SpecGuardConfig(BaseModel):
     stop: tuple[str, ...] = ()
     seed: int = 0
 
+    @field_validator("temperature")
+    @classmethod
+    def _greedy_below_1e5(cls, value: float) -> float:
+        """A temperature below 1e-5 samples as greedy would, but dividing logits by it overflows
+        (inf/NaN probabilities); like vLLM, treat it as greedy (0)."""
+        if not math.isfinite(value):
+            raise ValueError("temperature must be a finite number (0 means greedy)")
+        return 0.0 if value < _GREEDY_BELOW else value
+
+    @field_validator("seed")
+    @classmethod
+    def _seed_range(cls, value: int) -> int:
+        if not 0 <= value < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {value}")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> SpecGuardConfig:
         if not self.step_delimiters or any(not d for d in self.step_delimiters):
             raise ValueError("step_delimiters must be non-empty strings")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty (an empty string would match "
+                             "everywhere); pass stop=() for none")
         if math.isnan(self.tau):
             raise ValueError("tau must be a number (use inf/-inf to always reject/accept)")
         if self.selector == "sentence-transformer" and not self.sentence_transformer:

@@ -63,8 +63,12 @@ def load_pair(root: Path) -> tuple[Any, Any, Any, Any]:
 
 
 def fake_converter(gguf: Path, dst: Path, dtype: str) -> None:
-    """A stand-in for the GGUF conversion: writes a folder that looks converted."""
+    """A stand-in for the GGUF conversion: writes a folder that looks converted (its weights a
+    valid safetensors file holding the GGUF's bytes)."""
+    from safetensors.torch import save_file
+
     dst.mkdir(parents=True)
     (dst / "config.json").write_text(f'{{"dtype": "{dtype}", "src": "{gguf.name}"}}')
-    (dst / "model.safetensors").write_bytes(gguf.read_bytes())
+    payload = torch.frombuffer(bytearray(gguf.read_bytes()), dtype=torch.uint8)
+    save_file({"payload": payload}, str(dst / "model.safetensors"))
     (dst / "tokenizer.json").write_text("{}")

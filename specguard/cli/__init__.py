@@ -29,13 +29,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _undecodable(argv: Sequence[str]) -> str | None:
+    """An error line for the first argument that is not valid UTF-8 (Python keeps undecodable
+    bytes as lone surrogates, which no tokenizer or terminal accepts), else None."""
+    for i, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raw = arg.encode("utf-8", "surrogateescape")
+            byte = raw[len(arg[:err.start].encode("utf-8")):][:1]
+            shown = raw.decode("utf-8", "backslashreplace")
+            return (f"argument {i} ('{shown[:60]}') is not valid UTF-8 (byte 0x{byte.hex()}); "
+                    "pass UTF-8 text (check the terminal's or file's encoding)")
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; bad input, missing or damaged models and failed fetches print one
+    `error: ...` line and return 2 (never a traceback)."""
+    from specguard_core.models.registry import ModelFetchError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if problem := _undecodable(argv):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ValueError, FileNotFoundError, OSError) as err:
+    except (ValueError, OSError, ModelFetchError) as err:  # FileNotFoundError is an OSError
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from specguard_core.models.registry import (
     ModelFetchError,
     cache_dir,
     cached_folder,
+    damaged_folder,
     list_cached,
 )
 
@@ -75,7 +76,10 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     root = args.cache_dir or cache_dir()
     print(f"registry (fetch with `specguard models fetch NAME`), cache: {root}")
     for bundle in REGISTRY.values():
-        state = "cached" if cached_folder(bundle, None, root) else "not cached"
+        damaged = damaged_folder(bundle, root)
+        state = "cached" if cached_folder(bundle, None, root) else \
+            f"damaged ({damaged[1]}): `specguard models fetch {bundle.name}` repairs it" \
+            if damaged else "not cached"
         print(f"  {bundle.name:30s} {', '.join(bundle.aliases):10s} {bundle.hf_id:40s} {state}")
     cached = list_cached(root)
     print("cached:" if cached else "cached: nothing yet")

@@ -29,6 +29,9 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="config override, repeatable (k=4, tau=0.6, temperature=0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="let transformers run Python code shipped in the model folders (off by "
+                        "default: such a model is refused)")
     p.set_defaults(func=cmd_run)
 
 
@@ -72,15 +75,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from specguard_core.engine.chat import normalise_messages
     from specguard_core.engine.loop import SpecGuardEngine
+    from specguard_core.models.loading import resolve_device
 
     console = Console(stderr=False)
     cfg = _config(args)
-    with console.status(f"loading {args.draft} and {args.target} ..."):
-        engine = SpecGuardEngine.from_pretrained(args.draft, args.target, device=args.device,
-                                                 dtype=args.dtype, config=cfg)
+    # bad input fails now, not after minutes of loading
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
-        [{"role": "user", "content": args.question}]
+        normalise_messages(args.question)
+    normalise_messages(messages)
+    device = resolve_device(args.device)
+    with console.status(f"loading {args.draft} and {args.target} ..."):
+        engine = SpecGuardEngine.from_pretrained(args.draft, args.target, device=device,
+                                                 dtype=args.dtype, config=cfg,
+                                                 trust_remote_code=args.trust_remote_code)
     stream = engine.stream(messages)
     for step in stream:
         if not args.json:

@@ -35,6 +35,7 @@ from specguard_core.engine.selector import Selector
 from specguard_core.engine.signals import percentile_bounds
 from specguard_core.engine.steps import StepRules, step_kind
 from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
+from specguard_core.models.loading import check_pair
 from specguard_core.types import GenerationResult, StepRecord
 
 
@@ -96,6 +97,7 @@ class SpecGuardEngine:
                  engine_config: EngineConfig | None = None, name: str | None = None) -> None:
         """`config` is the default per-request configuration (a request may override any of it);
         `engine_config` fixes how the pair is wired (e.g. `heterogeneous`)."""
+        check_pair(draft_model, draft_tokenizer, target_model, target_tokenizer)
         self.config = config or SpecGuardConfig()
         self.engine_config = engine_config or EngineConfig()
         self.draft = ModelHandle(draft_model, draft_tokenizer)
@@ -113,7 +115,7 @@ class SpecGuardEngine:
     def from_pretrained(cls, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
         """Load both models (hub ids, local folders, `.gguf` files, or cached names from
         `specguard models fetch`). Keywords: device, dtype, device_map, config, engine_config,
-        preset, progress."""
+        preset, progress, trust_remote_code (default False: no code from a model folder runs)."""
         from specguard_core.models.loading import load_engine
 
         return load_engine(cls, draft, target, **kwargs)

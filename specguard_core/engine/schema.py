@@ -1,0 +1,81 @@
+"""JSON from untrusted sources (model-written tool calls) and JSON schemas checked offline.
+
+Pure functions, no I/O: `loads_untrusted` refuses NaN/Infinity, `json_problem` walks a value
+iteratively (any depth is safe to check), `validator` resolves `$ref`s inside the schema only (a
+remote reference is an error, never a download), `unresolvable_ref` finds one that does not resolve.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import jsonschema
+from referencing import Registry, Resource
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012, specification_with
+
+MAX_JSON_DEPTH = 64  # deeper tool-call arguments are refused: nothing real nests that deep, and
+# recursive consumers (deepcopy, jsonschema, templates) would hit Python's recursion limit
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_untrusted(text: str) -> Any:
+    """Strict JSON for model output: NaN/Infinity refused (they would be written out as non-JSON)."""
+    return json.loads(text, strict=False, parse_constant=_no_constants)
+
+
+def json_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """Why `value` is not plain JSON data (a non-finite float, nesting deeper than `limit`), or
+    None. Walked iteratively, so any depth is safe to check."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{item} is not a JSON number"
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return f"nested deeper than {limit} levels"
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def _no_retrieval(uri: str) -> Resource:
+    raise LookupError(f"SpecGuard never fetches schemas ({uri})")
+
+
+# immutable; resolves references inside the schema only (mypy does not see attrs' alias `retrieve`)
+_OFFLINE = Registry(retrieve=_no_retrieval)  # type: ignore[call-arg]
+
+
+def validator(schema: Any) -> Any:
+    """A JSON-schema validator for `schema` (its `$schema` dialect, else 2020-12) that resolves
+    references inside the schema only: a remote `$ref` is an error, never a download."""
+    dialect = schema.get("$schema") if isinstance(schema, dict) else None
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator) \
+        if isinstance(dialect, str) else jsonschema.Draft202012Validator  # a bad one fails check
+    return cls(schema, registry=_OFFLINE)
+
+
+def unresolvable_ref(schema: Any) -> str | None:
+    """The first `$ref` of `schema` that does not resolve inside it (remote or dangling)."""
+    dialect = schema.get("$schema") if isinstance(schema, dict) else None
+    spec = specification_with(dialect, default=DRAFT202012) if isinstance(dialect, str) \
+        else DRAFT202012
+    root = spec.create_resource(schema)
+    stack = [(root, _OFFLINE.resolver_with_root(root))]
+    while stack:
+        resource, resolver = stack.pop()
+        ref = resource.contents.get("$ref") if isinstance(resource.contents, dict) else None
+        if isinstance(ref, str):
+            try:
+                resolver.lookup(ref)
+            except Unresolvable:
+                return ref
+        stack.extend((sub, resolver.in_subresource(sub)) for sub in resource.subresources())
+    return None
