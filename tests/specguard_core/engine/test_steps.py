@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from specguard_core.engine.steps import StepRules, segment, step_end, step_kind
 
 RULES = StepRules()
-BARE = RULES.with_tools(True)
+BARE = RULES.with_tools(["a", "b", "f", "x"])
 pieces = st.sampled_from(["\n\n", "\n", " ", "a", "Step 1.", "<think>", "</think>", "<tool_call>",
                           "</tool_call>", "{", "}", '"', "x\n\ny", '{"name": ', "```json\n", "```"])
 texts = st.lists(pieces, max_size=30).map("".join) | st.text(max_size=80)
