@@ -93,3 +93,16 @@ def test_a_forgotten_closer_ends_the_block_with_its_json() -> None:
         assert step_end(partial, RULES) is None, partial
     assert step_end(call + "\n</tool_call>", RULES) == len(call) + len("\n</tool_call>")
     assert step_end(call + "\nT", RULES) == len(call)
+
+
+def test_bare_json_is_a_call_only_when_it_names_an_offered_tool() -> None:
+    rules = RULES.with_tools(["get_weather"])
+    call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    answer = '{"name": "Bob", "age": 42}'
+    assert step_kind(call, False, rules)[0] == "tool_call"
+    assert step_kind(answer, False, rules)[0] == "answer"
+    # JSON naming no offered tool is prose: it ends at a delimiter, not where the object ends
+    assert segment(answer + " is Bob.\n\nNext", rules) == [answer + " is Bob.\n\n", "Next"]
+    assert step_end('{"name": "get_wea', rules) is None  # could still become a call: open
+    assert step_end('{"name": "Bo\n\n', rules) == len('{"name": "Bo\n\n')  # cannot: prose
+    assert step_kind(call, False, RULES)[0] == "answer"  # no tools offered
