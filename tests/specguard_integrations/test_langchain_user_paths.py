@@ -217,3 +217,13 @@ def test_token_counting_of_an_uncached_pair_is_a_clear_error_not_a_download() ->
     counted = ChatSpecGuard(draft="nobody/draft", target="nobody/target",
                             custom_get_token_ids=lambda text: [1] * len(text.split()))
     assert counted.get_num_tokens("two words") == 2
+
+
+def test_smaller_steps_for_chat_streaming() -> None:
+    """The README's chat-friendly option: one chunk per line instead of per paragraph."""
+    engine = scripted_engine(lambda p: "Line one.\nLine two.\n\nLine three.", config=CFG)
+    model = ChatSpecGuard(engine=engine)
+    texts = [c.content for c in model.stream("Write three lines.")][:-1]
+    assert texts == ["Line one.\nLine two.\n\n", "Line three."]
+    lines = [c.content for c in model.stream("Write three lines.", step_delimiters=("\n",))][:-1]
+    assert lines == ["Line one.\n", "Line two.\n", "\nLine three."]
