@@ -192,3 +192,13 @@ def test_a_response_format_verifies_the_answer() -> None:
     (step,) = out.additional_kwargs["specguard"]["steps"]
     assert step["source"] == "target" and "'city' is a required property" in step[
         "rejected_reason"]
+
+
+# ---- item 1: chat_with_tools keeps a JSON answer an answer -------------------------------------
+def test_chat_with_tools_keeps_a_json_answer() -> None:
+    bob = '{"name": "Bob", "age": 42}'
+    llm = SpecGuardLLM(engine=scripted_engine(lambda p: bob, config=CFG))
+    response = llm.chat_with_tools([_tool()], user_msg="Who is Bob? Answer in JSON.")
+    assert json.loads(response.message.content or "") == {"name": "Bob", "age": 42}
+    assert llm.get_tool_calls_from_response(response, error_on_no_tool_call=False) == []
+    assert response.additional_kwargs["specguard"]["invalid_tool_calls"] == []
