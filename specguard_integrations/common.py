@@ -142,12 +142,17 @@ def context_window(ref: str, revision: str | None = None) -> int | None:
 
 
 def writes_reasoning(ref: str) -> bool:
-    """Whether the model's tokenizer declares `<think>` (so it may write reasoning)."""
+    """Whether the model's tokenizer declares a `<think>` token or its chat template mentions one
+    (read from the head of the local files: added tokens come first in tokenizer.json)."""
     folder = local_folder(ref)
-    for name in ("tokenizer_config.json", "tokenizer.json"):
-        file = folder / name if folder else None
-        if file is not None and file.is_file() and "<think>" in file.read_text(errors="ignore"):
-            return True
+    if folder is None:
+        return False
+    for name in ("tokenizer_config.json", "chat_template.jinja", "tokenizer.json"):
+        file = folder / name
+        if file.is_file():
+            with file.open("rb") as f:
+                if b"<think>" in f.read(1 << 18):
+                    return True
     return False
 
 
