@@ -33,7 +33,7 @@ from specguard_core.models.registry import resolve
 KNOBS = ("temperature", "max_tokens", "top_p", "stop", "seed", "k", "tau", "beta", "max_steps")
 LOADER_OPTIONS = ("device", "dtype", "device_map", "max_memory", "revision", "trust_remote_code",
                   "quantization_config", "engine_config")
-# old name -> (new name, how to move)
+# deprecated name -> its replacement ("config": a dict of SpecGuardConfig overrides)
 RENAMED = {"draft_model": "draft", "max_new_tokens": "max_tokens",
            "model_kwargs": "config", "generate_kwargs": "config"}
 
