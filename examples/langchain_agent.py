@@ -19,16 +19,14 @@ from langchain.agents.middleware import ModelRequest, ModelResponse, wrap_model_
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
-from specguard_core import NormBounds
+from specguard_core import NormBounds, preset
+from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_integrations import ChatSpecGuard
 
-MODELS = Path.home() / ".cache" / "specguard" / "models" / "hf"
 BOUNDS = Path(__file__).resolve().parents[1] / "benchmarks" / "bounds-qwen2.5-coder-0.5b.json"
-DRAFT = MODELS / "qwen2.5-coder-0.5b-instruct-bfloat16"
-TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-bfloat16"
 QUESTION = "A box holds 17 pens. How many pens are in 23 boxes? Use a tool to compute it."
 SYSTEM = ("Use the tools for arithmetic. Once you have the tool's result, reply to the user in one "
-          "plain English sentence that states the number. Never reply with JSON.")
+          "plain English sentence that states the number.")
 
 
 @tool
@@ -58,7 +56,7 @@ def show(message: BaseMessage) -> None:
         for step in message.response_metadata.get("specguard_steps", []):
             origin = "draft " if step["accepted"] else "target"
             score = "-" if step["score"] is None else f"{step['score']:.2f}"
-            print(f"    step {step['step']} {step['kind']:<9} by {origin} r={score} "
+            print(f"    step {step['index']} {step['kind']:<9} by {origin} r={score} "
                   f"({step['tokens']} tokens)")
         run = message.response_metadata.get("specguard", {})
         calls = ", ".join(f"{c['name']}({c['args']})" for c in message.tool_calls)
@@ -77,8 +75,10 @@ def show(message: BaseMessage) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--draft", default=str(DRAFT))
-    parser.add_argument("--target", default=str(TARGET))
+    parser.add_argument("--draft", default=DEFAULT_DRAFT,
+                        help="model id, cached name, folder or .gguf (default: %(default)s, "
+                             "found in the `specguard models fetch` cache)")
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="as --draft (default: %(default)s)")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--bounds", default=str(BOUNDS) if BOUNDS.is_file() else None,
@@ -89,9 +89,9 @@ def main() -> int:
     args = parser.parse_args()
 
     bounds = {"bounds": NormBounds.load(args.bounds)} if args.bounds else {}
-    model = ChatSpecGuard(model=args.target, draft_model=args.draft, device=args.device,
-                          preset="fast", max_tokens=args.max_tokens, tau=args.tau,
-                          model_kwargs=bounds)
+    model = ChatSpecGuard(draft=args.draft, target=args.target, device=args.device,
+                          config=preset("fast", **bounds), max_tokens=args.max_tokens,
+                          tau=args.tau)
     agent = create_agent(model, tools=[multiply, add], middleware=[call_then_answer],
                          system_prompt=SYSTEM)
     show(HumanMessage(QUESTION))

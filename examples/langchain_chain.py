@@ -23,13 +23,11 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda
 
-from specguard_core import NormBounds
+from specguard_core import NormBounds, preset
+from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_integrations import ChatSpecGuard
 
-MODELS = Path.home() / ".cache" / "specguard" / "models" / "hf"
 BOUNDS = Path(__file__).resolve().parents[1] / "benchmarks" / "bounds-qwen2.5-coder-0.5b.json"
-DRAFT = MODELS / "qwen2.5-coder-0.5b-instruct-bfloat16"
-TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-bfloat16"
 PROBLEM = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
            "in May. How many clips did Natalia sell altogether in April and May?")
 
@@ -55,15 +53,17 @@ class StepPrinter(BaseCallbackHandler):
             origin = "draft " if step["accepted"] else "target"
             text = chunk.message.content or chunk.message.additional_kwargs.get(
                 "reasoning_content", "")
-            print(f"[{step['step']:2d} {origin} r={score}] {str(text).strip()}", flush=True)
+            print(f"[{step['index']:2d} {origin} r={score}] {str(text).strip()}", flush=True)
         self.run = meta.get("specguard", self.run)
         self.finish_reason = meta.get("finish_reason", self.finish_reason)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--draft", default=str(DRAFT))
-    parser.add_argument("--target", default=str(TARGET))
+    parser.add_argument("--draft", default=DEFAULT_DRAFT,
+                        help="model id, cached name, folder or .gguf (default: %(default)s, "
+                             "found in the `specguard models fetch` cache)")
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="as --draft (default: %(default)s)")
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--bounds", default=str(BOUNDS) if BOUNDS.is_file() else None,
@@ -72,9 +72,9 @@ def main() -> int:
     args = parser.parse_args()
 
     bounds = {"bounds": NormBounds.load(args.bounds)} if args.bounds else {}
-    model = ChatSpecGuard(model=args.target, draft_model=args.draft, device=args.device,
-                          preset="fast", max_tokens=args.max_tokens, tau=args.tau,
-                          model_kwargs=bounds)
+    model = ChatSpecGuard(draft=args.draft, target=args.target, device=args.device,
+                          config=preset("fast", **bounds), max_tokens=args.max_tokens,
+                          tau=args.tau)
     prompt = ChatPromptTemplate.from_messages([
         ("system", "You are a math tutor. Keep answers under 80 words."),
         ("human", "{problem}\n\nWork it out in short paragraphs, then write 'The answer is' "

@@ -1,6 +1,6 @@
 """A LlamaIndex `FunctionAgent` on SpecGuard: tool calls verified step by step, streamed answer.
 
-    python examples/llamaindex_agent.py [--draft PATH] [--target PATH] [--question TEXT]
+    python examples/llamaindex_agent.py [--draft MODEL] [--target MODEL] [--question TEXT]
 
 Runs offline with the default pair cached by `specguard models fetch` (Qwen2.5-Coder 0.5B draft,
 1.5B target). Each tool call is one SpecGuard step: the draft proposes it, and a call that does not
@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -35,11 +34,10 @@ from llama_index.core.agent.workflow import (  # noqa: E402
 )
 from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
 
-from specguard_core import SpecGuardEngine  # noqa: E402
+from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 from specguard_integrations import SpecGuardLLM  # noqa: E402
 from specguard_integrations.llama_index_trace import SpecGuardTraceHandler  # noqa: E402
 
-MODELS = Path.home() / ".cache" / "specguard" / "models" / "hf"
 STOCK = {"apples": 120, "pears": 45, "plums": 0}
 PRICES = {"apples": 0.5, "pears": 0.8, "plums": 1.2}
 
@@ -90,21 +88,22 @@ async def run(agent: FunctionAgent, question: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--draft", default=str(MODELS / "qwen2.5-coder-0.5b-instruct-bfloat16"))
-    parser.add_argument("--target", default=str(MODELS / "qwen2.5-coder-1.5b-instruct-bfloat16"))
+    parser.add_argument("--draft", default=DEFAULT_DRAFT,
+                        help="model id, cached name, folder or .gguf (default: %(default)s, "
+                             "found in the `specguard models fetch` cache)")
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="as --draft (default: %(default)s)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--preset", default="fast", choices=["fast", "paper"])
-    parser.add_argument("--max-new-tokens", type=int, default=120)
+    parser.add_argument("--max-tokens", type=int, default=120)
     parser.add_argument("--question", default="How many pears do we have in stock?")
     parser.add_argument("--first-tool-choice", default="required",
                         help="tool_choice of the agent's first turn: required, a tool name or auto")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
-    engine = SpecGuardEngine.from_pretrained(args.draft, args.target, device=args.device,
-                                             dtype=args.dtype, preset=args.preset)
-    llm = SpecGuardLLM(engine=engine, max_new_tokens=args.max_new_tokens)
+    llm = SpecGuardLLM(draft=args.draft, target=args.target, device=args.device, dtype=args.dtype,
+                       preset=args.preset, max_tokens=args.max_tokens)
     print(f"loaded {llm.metadata.model_name} in {time.perf_counter() - t0:.1f} s")
     collector = SpecGuardTraceHandler()
     get_dispatcher().add_event_handler(collector)

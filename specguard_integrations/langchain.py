@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from operator import itemgetter
 from typing import Any, Literal, cast
@@ -16,6 +17,7 @@ from typing import Any, Literal, cast
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
+from langchain_core.language_models.model_profile import ModelProfile
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from langchain_core.output_parsers.base import OutputParserLike
@@ -27,14 +29,24 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, model_validator
 from typing_extensions import Self
 
-from specguard_core import GenerationResult, SpecGuardConfig, SpecGuardEngine
-from specguard_core.config import PRESETS
+from specguard_core import EngineConfig, GenerationResult, SpecGuardConfig, SpecGuardEngine
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.loop import GenerationStream
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, resolve
+from specguard_integrations.common import (
+    KNOBS,
+    base_config,
+    check_arguments,
+    check_config_choice,
+    knob_overrides,
+    load_pair,
+    loader_kwargs,
+    profile,
+    request_config,
+)
 from specguard_integrations.langchain_convert import (
     Translator,
     final_chunk,
@@ -48,16 +60,17 @@ from specguard_integrations.langchain_convert import (
 
 __all__ = ["ChatSpecGuard", "normalise_tool_choice", "to_engine_message"]
 
-_KNOBS = ("temperature", "k", "top_p", "tau", "beta", "seed", "max_steps")
-_CALL_KEYS = {"tools", "tool_choice", "response_format", "model", "max_tokens"}
+_CALL_KEYS = {"tools", "tool_choice", "response_format", "parallel_tool_calls", "model",
+              "max_tokens", "stop"}
 
 
 class _Run:
-    """One generation: opens the engine stream, yields translated chunks, always closes it."""
+    """One generation: opens the engine stream, yields translated chunks, always closes it.
+    `max_calls=1` (`parallel_tool_calls=False`) keeps only the first tool call."""
 
     def __init__(self, start: Callable[[], tuple[GenerationStream, tuple[str, ...]]],
-                 timeout: float | None) -> None:
-        self._start, self._timeout = start, timeout
+                 timeout: float | None, max_calls: int | None = None) -> None:
+        self._start, self._timeout, self._max_calls = start, timeout, max_calls
         self.stream: GenerationStream | None = None
         self.result: GenerationResult | None = None
 
@@ -65,7 +78,7 @@ class _Run:
         deadline = time.monotonic() + self._timeout if self._timeout else None
         stream, stops = self._start()
         self.stream = stream
-        translator = Translator(stops)
+        translator = Translator(stops, self._max_calls)
         try:
             for step in stream:
                 yield ChatGenerationChunk(message=translator.chunk(step))
@@ -84,8 +97,8 @@ class _Run:
     def message(self, chunks: list[ChatGenerationChunk]) -> ChatResult:
         assert self.result is not None, "the run has not finished"
         messages = [cast(AIMessageChunk, c.message) for c in chunks]
-        return ChatResult(generations=[ChatGeneration(message=final_message(messages,
-                                                                             self.result))])
+        message = final_message(messages, self.result, self._max_calls)
+        return ChatResult(generations=[ChatGeneration(message=message)])
 
 
 def _iterate_in_thread(run: _Run) -> AsyncIterator[ChatGenerationChunk]:
@@ -98,58 +111,74 @@ def _iterate_in_thread(run: _Run) -> AsyncIterator[ChatGenerationChunk]:
 class ChatSpecGuard(BaseChatModel):
     """SpecGuard step-level speculative reasoning as a LangChain chat model.
 
-    Construction is cheap: pass a ready `engine=SpecGuardEngine(...)`, or `model=` (target) and
-    `draft_model=` as model ids, local folders, `.gguf` files or cached names; they are loaded on
-    first use (defaults: the Qwen2.5-Coder 0.5B/1.5B pair). Per-call keywords override any
-    `SpecGuardConfig` field (`model.invoke(x, k=8, tau=0.6)`).
+    Construction is cheap: pass a ready `engine=SpecGuardEngine(...)`, or `draft=` and `model=`
+    (the target; `target=` is the same) as model ids, local folders, `.gguf` files or cached
+    names; they are loaded on first use (default: the Qwen2.5-Coder 0.5B/1.5B pair). The
+    vocabulary is shared with `SpecGuardLLM` (see `specguard_integrations.common`): `config=` or
+    `preset=` is the base of every call, then the knob fields, then per-call keywords
+    (`model.invoke(x, k=8, tau=0.6)`, any `SpecGuardConfig` field). An unknown argument is an error.
 
     `timeout` is checked between steps; `max_retries` is accepted for compatibility (local
     generation has no transient failures to retry).
     """
 
-    engine: SpecGuardEngine | None = Field(default=None, exclude=True)
-    """A ready engine; when None, `draft_model` and `model` are loaded on first use."""
-    model: str | None = None
+    injected_engine: SpecGuardEngine | None = Field(default=None, alias="engine", exclude=True)
+    """A ready engine (pass it as `engine=`); when None, `draft` and `model` load on first use."""
+    model: str | None = Field(default=None, validation_alias=AliasChoices("model", "target"))
     """The target model (id, folder, `.gguf` or cached name); the engine's name if injected."""
-    draft_model: str | None = None
-    device: str = "auto"
-    dtype: str = "auto"
+    draft: str | None = None
     config: SpecGuardConfig | None = None
-    """Base configuration; `preset` is the alternative (`"paper"` or `"fast"`)."""
+    """Base configuration of every call; `preset` is the alternative (`"paper"` or `"fast"`)."""
     preset: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    top_p: float | None = None
     stop: list[str] | None = None
+    seed: int | None = None
     timeout: float | None = None
     max_retries: int = 2
     streaming: bool = False
     k: int | None = None
-    top_p: float | None = None
     tau: float | None = None
     beta: float | None = None
-    seed: int | None = None
     max_steps: int | None = None
-    model_kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Any other `SpecGuardConfig` fields (e.g. `{"fallback": "sample", "selector": ...}`)."""
+    # loader options (used only when ChatSpecGuard loads the pair itself)
+    device: str = "auto"
+    dtype: str = "auto"
+    device_map: Any = None
+    max_memory: dict[Any, Any] | None = None
+    revision: str | None = None
+    trust_remote_code: bool = False
+    quantization_config: Any = Field(default=None, exclude=True)
+    engine_config: EngineConfig | None = None
+    overrides: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    """SpecGuardConfig overrides from the deprecated `model_kwargs=`."""
 
     _loaded: SpecGuardEngine | None = PrivateAttr(default=None)
     _tokenizer: Any = PrivateAttr(default=None)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _arguments(cls, data: Any) -> Any:
+        valid = {n for n in cls.model_fields if n not in ("injected_engine", "overrides")}
+        return check_arguments("ChatSpecGuard", data, valid | {"engine", "target"})
+
     @model_validator(mode="after")
     def _validate(self) -> Self:
-        if self.config is not None and self.preset is not None:
-            raise ValueError("pass either config= or preset=, not both")
-        if self.preset is not None and self.preset not in PRESETS:
-            raise ValueError(f"unknown preset {self.preset!r}; choose one of {sorted(PRESETS)}")
-        if self.engine is None and (self.model is None) != (self.draft_model is None):
-            raise ValueError("pass both model= (target) and draft_model=, or neither for the "
+        check_config_choice(self.config, self.preset)
+        engine = self.injected_engine
+        if engine is None and (self.model is None) != (self.draft is None):
+            raise ValueError("pass both model= (or target=) and draft=, or neither for the "
                              "default pair, or a ready engine=")
-        SpecGuardConfig().merged(**self._overrides(None, {}))  # fail early on bad values
-        if self.engine is not None and self.model is None:
-            self.model = self.engine.model_name
-        elif self.engine is None and self.model is None:
-            self.model, self.draft_model = DEFAULT_TARGET, DEFAULT_DRAFT
+        self._config(engine, {})  # fail early on bad values
+        if engine is not None and self.model is None:
+            self.model = engine.model_name
+        elif engine is None and self.model is None:
+            self.model, self.draft = DEFAULT_TARGET, DEFAULT_DRAFT
+        if self.profile is None:
+            self.profile = cast(ModelProfile, profile(self.draft or DEFAULT_DRAFT,
+                                                      self.model or DEFAULT_TARGET, engine))
         return self
 
     @property
@@ -157,10 +186,22 @@ class ChatSpecGuard(BaseChatModel):
         return "specguard"
 
     @property
+    def target(self) -> str | None:
+        """The target model (the same as `model`)."""
+        return self.model
+
+    @property
+    def draft_model(self) -> str | None:
+        """Deprecated: use `draft`."""
+        warnings.warn("ChatSpecGuard.draft_model is deprecated; use .draft", DeprecationWarning,
+                      stacklevel=2)
+        return self.draft
+
+    @property
     def _identifying_params(self) -> dict[str, Any]:
-        knobs = {name: getattr(self, name) for name in _KNOBS}
-        return {"model": self.model, "draft_model": self.draft_model, "preset": self.preset,
-                "max_tokens": self.max_tokens, **knobs, **self.model_kwargs}
+        knobs = {name: getattr(self, name) for name in KNOBS}
+        return {"model": self.model, "draft": self.draft, "preset": self.preset, **knobs,
+                **self.overrides}
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         params = LangSmithParams(ls_provider="specguard", ls_model_type="chat",
@@ -176,26 +217,43 @@ class ChatSpecGuard(BaseChatModel):
         return params
 
     # ---- engine and tokenizer ------------------------------------------------------------
-    def get_engine(self) -> SpecGuardEngine:
+    @property
+    def engine(self) -> SpecGuardEngine:
         """The injected engine, or the pair loaded on first use (once, thread-safe)."""
-        if self.engine is not None:
-            return self.engine
+        if self.injected_engine is not None:
+            return self.injected_engine
         with self._lock:
             if self._loaded is None:
-                self._loaded = SpecGuardEngine.from_pretrained(
-                    self.draft_model or DEFAULT_DRAFT, self.model or DEFAULT_TARGET,
-                    device=self.device, dtype=self.dtype)
+                base = base_config(self.config, self.preset, None)
+                self._loaded = load_pair(self.draft or DEFAULT_DRAFT, self.model or DEFAULT_TARGET,
+                                         base, loader_kwargs(self))
             return self._loaded
 
+    def get_engine(self) -> SpecGuardEngine:
+        """Deprecated: use the `engine` property."""
+        warnings.warn("ChatSpecGuard.get_engine() is deprecated; use .engine", DeprecationWarning,
+                      stacklevel=2)
+        return self.engine
+
     def _local_tokenizer(self) -> Any:
-        """The target's tokenizer, without loading any weights when no engine is up yet."""
-        engine = self.engine or self._loaded
+        """The target's tokenizer: the loaded engine's, else read from the local folder without
+        loading weights. Never the hub: an uncached pair is a clear error."""
+        engine = self.injected_engine or self._loaded
         if engine is not None:
             return engine.tokenizer
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(resolve(self.model or DEFAULT_TARGET))
+            ref = self.model or DEFAULT_TARGET
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(
+                    resolve(ref), local_files_only=True, revision=self.revision,
+                    trust_remote_code=self.trust_remote_code)
+            except (OSError, ValueError) as err:
+                raise ValueError(
+                    f"ChatSpecGuard counts tokens with the target's own tokenizer, and {ref!r} is "
+                    "not available locally (it is never fetched for counting). Run `specguard "
+                    "models fetch`, pass a local folder, or pass custom_get_token_ids=") from err
         return self._tokenizer
 
     def get_token_ids(self, text: str) -> list[int]:
@@ -216,21 +274,18 @@ class ChatSpecGuard(BaseChatModel):
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     # ---- requests ------------------------------------------------------------------------
-    def _overrides(self, stop: list[str] | None, call: dict[str, Any]) -> dict[str, Any]:
-        """SpecGuardConfig overrides for one call: config/preset < fields < call keywords."""
-        out: dict[str, Any] = self.config.model_dump() if self.config else {}
-        out.update(PRESETS[self.preset] if self.preset else {})
-        out.update(self.model_kwargs)
-        out.update({n: getattr(self, n) for n in _KNOBS if getattr(self, n) is not None})
-        out["max_new_tokens"] = call.pop("max_tokens", None) or self.max_tokens
-        stops = stop if stop is not None else self.stop
-        if stops is not None:
-            out["stop"] = tuple(stops)
-        unknown = set(call) - set(SpecGuardConfig.model_fields)
+    def _config(self, engine: SpecGuardEngine | None, call: dict[str, Any],
+                stop: list[str] | None = None) -> SpecGuardConfig:
+        """The call's SpecGuardConfig: config/preset (else the engine's) < knob fields <
+        per-call keywords (`max_tokens`, `stop` and SpecGuardConfig fields)."""
+        unknown = set(call) - set(SpecGuardConfig.model_fields) - {"max_tokens"}
         if unknown:
             raise ValueError(f"unknown keyword(s) {sorted(unknown)}; ChatSpecGuard takes "
                              f"{sorted(_CALL_KEYS)} and SpecGuardConfig fields")
-        return {**out, **call}
+        base = base_config(self.config, self.preset, engine.config if engine else None)
+        fields = knob_overrides({n: getattr(self, n) for n in KNOBS})
+        per_call = knob_overrides({**call, "stop": stop})
+        return request_config(base, self.overrides, fields, per_call)
 
     def _check_model(self, requested: str | None, engine: SpecGuardEngine) -> None:
         if requested is not None and requested not in (self.model, engine.model_name):
@@ -244,19 +299,22 @@ class ChatSpecGuard(BaseChatModel):
         tools = [convert_to_openai_tool(t) for t in call.pop("tools", None) or []]
         choice = normalise_tool_choice(call.pop("tool_choice", None), tools)
         response_format = call.pop("response_format", None)
+        parallel = call.pop("parallel_tool_calls", None)
         requested = call.pop("model", None)
-        overrides = self._overrides(stop, call)
+        self._config(self.injected_engine, call, stop)  # bad keywords fail before any loading
         converted = [to_engine_message(m) for m in messages]
         if response_format:
             converted = with_instruction(converted, format_instruction(response_format))
 
         def start() -> tuple[GenerationStream, tuple[str, ...]]:
-            engine = self.get_engine()
+            engine = self.engine
             self._check_model(requested, engine)
-            stream = engine.stream(converted, tools=tools, tool_choice=choice, **overrides)
-            return stream, engine.config.merged(**overrides).stop
+            cfg = self._config(engine, call, stop)
+            stream = engine.stream(converted, tools=tools, tool_choice=choice,
+                                   response_format=response_format, config=cfg)
+            return stream, cfg.stop
 
-        return _Run(start, self.timeout)
+        return _Run(start, self.timeout, max_calls=1 if parallel is False else None)
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,
@@ -267,8 +325,14 @@ class ChatSpecGuard(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None,
                   **kwargs: Any) -> ChatResult:
+        """As ChatOllama does, `invoke` fires `on_llm_new_token` once per committed step."""
         run = self._new_run(messages, stop, kwargs)
-        return run.message(list(run.chunks()))
+        chunks = []
+        for chunk in run.chunks():
+            if run_manager is not None:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            chunks.append(chunk)
+        return run.message(chunks)
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
@@ -280,18 +344,26 @@ class ChatSpecGuard(BaseChatModel):
                          run_manager: AsyncCallbackManagerForLLMRun | None = None,
                          **kwargs: Any) -> ChatResult:
         run = self._new_run(messages, stop, kwargs)
-        return run.message([c async for c in _iterate_in_thread(run)])
+        chunks = []
+        async for chunk in _iterate_in_thread(run):
+            if run_manager is not None:
+                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            chunks.append(chunk)
+        return run.message(chunks)
 
     # ---- tools and structured output -----------------------------------------------------
     def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | Any], *,
                    tool_choice: dict[str, Any] | str | bool | None = None,
-                   strict: bool | None = None,
+                   strict: bool | None = None, parallel_tool_calls: bool | None = None,
                    **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
         """Bind tools (any form `convert_to_openai_tool` takes) and a `tool_choice`: "auto",
-        "none", "any"/"required"/True, a tool name, or an OpenAI/Anthropic choice dict."""
+        "none", "any"/"required"/True, a tool name, or an OpenAI/Anthropic choice dict.
+        `parallel_tool_calls=False` keeps at most one tool call per message (the first)."""
         formatted = [convert_to_openai_tool(t, strict=strict) for t in tools]
         if tool_choice is not None:
             kwargs["tool_choice"] = normalise_tool_choice(tool_choice, formatted)
+        if parallel_tool_calls is not None:
+            kwargs["parallel_tool_calls"] = parallel_tool_calls
         return super().bind(tools=formatted, **kwargs)
 
     def with_structured_output(
@@ -299,9 +371,10 @@ class ChatSpecGuard(BaseChatModel):
         method: Literal["function_calling", "json_schema", "json_mode"] = "function_calling",
         include_raw: bool = False, strict: bool | None = None, **kwargs: Any,
     ) -> Runnable[LanguageModelInput, dict[str, Any] | Any]:
-        """Structured output by a forced, schema-verified tool call (`function_calling`), or by
-        asking for JSON (`json_schema` sends the schema, `json_mode` only asks for JSON) and
-        parsing the answer."""
+        """Structured output, verified either way: a forced tool call checked against the schema
+        (`function_calling`), or a JSON answer (`json_schema` sends the schema, `json_mode` asks
+        for any JSON object) whose every draft step is checked against the response format; a
+        draft step that breaks it is rewritten by the target, as a bad tool call is."""
         if kwargs:
             raise ValueError(f"Received unsupported arguments {kwargs}")
         if schema is None and method != "json_mode":

@@ -139,16 +139,6 @@ def normalise_tool_choice(choice: Any, tools: Sequence[dict[str, Any]]) -> str:
 
 
 # ---- engine steps -> LangChain chunks ------------------------------------------------------
-def _step_trace(step: StepRecord) -> dict[str, Any]:
-    """What `response_metadata["specguard_steps"]` records of one committed step."""
-    return {"step": step.index, "source": step.source, "kind": step.kind,
-            "accepted": step.accepted, "confidence": step.confidence,
-            "grounding": step.grounding, "score": step.score, "tokens": len(step.token_ids),
-            "n_candidates": step.n_candidates, "latency_s": step.latency_s,
-            "rejected_reason": step.rejected_reason,
-            "draft_text": None if step.accepted else step.draft_text}
-
-
 def _call_args(call: ToolCall) -> str:
     """Valid calls carry JSON arguments; invalid ones their raw text (so they stay invalid)."""
     return json.dumps(call.arguments, ensure_ascii=False) if call.valid else call.raw
@@ -180,18 +170,24 @@ def final_chunk(result: GenerationResult) -> AIMessageChunk:
 
 class Translator:
     """Turns one run's steps into chunks: answer text (cut at stop strings, leading whitespace of
-    the answer dropped), reasoning, tool-call chunks with their index in the message."""
+    the answer dropped), reasoning, tool-call chunks with their index in the message (at most
+    `max_calls` of them). Each chunk's `response_metadata["specguard_steps"]` holds its step's
+    `StepRecord.trace()`."""
 
-    def __init__(self, stops: Sequence[str]) -> None:
+    def __init__(self, stops: Sequence[str], max_calls: int | None = None) -> None:
         self.stops, self.raw, self.answered, self.n_calls = tuple(stops), "", False, 0
+        self.max_calls = max_calls
 
     def chunk(self, step: StepRecord) -> AIMessageChunk:
         visible = _visible(self.raw, step.text, self.stops)
         self.raw += step.text
-        meta = {"specguard_steps": [_step_trace(step)]}
+        meta = {"specguard_steps": [step.trace()]}
         if step.kind == "reasoning":
             return AIMessageChunk(content="", response_metadata=meta, additional_kwargs={
                 "reasoning_content": strip_markers(visible, _RULES)})
+        if step.kind == "tool_call" and self.max_calls is not None \
+                and self.n_calls >= self.max_calls:
+            return AIMessageChunk(content="", response_metadata=meta)  # a call past the limit
         if step.kind == "tool_call" and step.tool_call is not None:
             call = step.tool_call
             self.n_calls += 1
@@ -203,16 +199,19 @@ class Translator:
         return AIMessageChunk(content=text, response_metadata=meta)
 
 
-def final_message(chunks: list[AIMessageChunk], result: GenerationResult) -> AIMessage:
-    """The aggregated stream, with the engine's final answer text and verified tool calls."""
+def final_message(chunks: list[AIMessageChunk], result: GenerationResult,
+                  max_calls: int | None = None) -> AIMessage:
+    """The aggregated stream, with the engine's final answer text and verified tool calls (the
+    first `max_calls` calls, valid or not, in the order they were written)."""
     merged = chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0]
     extra = {"reasoning_content": result.reasoning} if result.reasoning else {}
+    calls = [s.tool_call for s in result.steps if s.tool_call is not None][:max_calls]
     return AIMessage(
         content=result.text, additional_kwargs=extra, response_metadata=merged.response_metadata,
         usage_metadata=merged.usage_metadata, id=merged.id,
-        tool_calls=[tool_call(name=c.name, args=c.arguments, id=c.id) for c in result.tool_calls],
+        tool_calls=[tool_call(name=c.name, args=c.arguments, id=c.id) for c in calls if c.valid],
         invalid_tool_calls=[invalid_tool_call(name=c.name, args=c.raw, id=c.id, error=c.error)
-                            for c in result.invalid_tool_calls],
+                            for c in calls if not c.valid],
     )
 
 

@@ -10,8 +10,12 @@ Translation only (every algorithmic decision lives in `specguard_core`):
   `ToolCallBlock`s), `additional_kwargs["thinking_delta"]`, the step's trace in
   `additional_kwargs["specguard_step"]` and the running token usage in `raw["usage"]` (which
   `TokenCountingHandler` reads).
-- A finished call carries the whole trace (steps, stats, finish reason) in
-  `additional_kwargs["specguard"]`. When a stream is exhausted its last chunk is completed in place
+- A finished call carries the whole trace (`GenerationResult.trace()`: steps, stats, usage,
+  finish reason, plus the invalid tool calls) in `additional_kwargs["specguard"]`; each streamed
+  chunk has its step's `StepRecord.trace()` in `additional_kwargs["specguard_step"]`.
+- Tool calls that failed verification from both models are still `ToolCallBlock`s (their raw
+  name and arguments), so an agent's own error path runs ("Tool X not found", a tool's argument
+  error) and the model can retry. When a stream is exhausted its last chunk is completed in place
   (message, `raw`, trace) so that it equals what `chat()` returns for the same request.
 
 Async methods run the engine in a worker thread and never block the event loop; closing (or
@@ -22,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncGenerator, Sequence
+import time
+import warnings
+from collections.abc import AsyncGenerator, Generator, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +51,7 @@ try:
         MessageRole,
         ToolCallBlock,
     )
-    from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
+    from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, model_validator
     from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW
     from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
     from llama_index.core.llms.function_calling import FunctionCallingLLM
@@ -55,9 +61,19 @@ except ImportError as err:  # pragma: no cover - depends on the environment
         "SpecGuardLLM needs LlamaIndex; install it with `pip install 'specguard[llamaindex]'`"
     ) from err
 
-from specguard_core.config import SpecGuardConfig
+from specguard_core.config import EngineConfig, SpecGuardConfig
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.types import StepRecord
+from specguard_integrations.common import (
+    KNOBS,
+    base_config,
+    check_arguments,
+    check_config_choice,
+    knob_overrides,
+    load_pair,
+    loader_kwargs,
+    request_config,
+)
 from specguard_integrations.llama_index_convert import (
     Turn,
     chat_response,
@@ -74,21 +90,38 @@ if TYPE_CHECKING:
 __all__ = ["SpecGuardLLM", "to_engine_messages", "tool_selections", "trace"]
 
 
-def _asteps(stream: GenerationStream) -> AsyncGenerator[StepRecord, None]:
-    """The stream's steps from a worker thread; closing the generator stops the engine."""
-    return iterate_in_thread(lambda: stream, stream.close, name="specguard-llama-index")
-
-
-def _stream_responses(stream: GenerationStream, turn: Turn) -> ChatResponseGen:
-    with stream:  # leaving early (close, garbage collection) stops the engine
+def _until(stream: GenerationStream, timeout: float | None) -> Generator[StepRecord, None, None]:
+    """The stream's steps; past `timeout` seconds (checked between steps) a TimeoutError, and the
+    stream is closed (the engine stops at the step boundary)."""
+    deadline = time.monotonic() + timeout if timeout else None
+    with stream:
         for step in stream:
+            yield step
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"SpecGuard generation exceeded timeout={timeout}s")
+
+
+def _asteps(stream: GenerationStream, timeout: float | None) -> AsyncGenerator[StepRecord, None]:
+    """The stream's steps from a worker thread; closing the generator stops the engine."""
+    return iterate_in_thread(lambda: _until(stream, timeout), stream.close,
+                             name="specguard-llama-index")
+
+
+def _stream_responses(stream: GenerationStream, turn: Turn, timeout: float | None
+                      ) -> ChatResponseGen:
+    steps = _until(stream, timeout)
+    try:  # leaving early (close, garbage collection) stops the engine
+        for step in steps:
             yield turn.add(step)
+    finally:
+        steps.close()
     if (final := turn.finish(stream.result)) is not None:
         yield final
 
 
-async def _astream_responses(stream: GenerationStream, turn: Turn) -> ChatResponseAsyncGen:
-    async with aclosing(_asteps(stream)) as steps:
+async def _astream_responses(stream: GenerationStream, turn: Turn, timeout: float | None
+                             ) -> ChatResponseAsyncGen:
+    async with aclosing(_asteps(stream, timeout)) as steps:
         async for step in steps:
             yield turn.add(step)
     if (final := turn.finish(stream.result)) is not None:
@@ -100,34 +133,63 @@ class SpecGuardLLM(FunctionCallingLLM):
     """SpecGuard (step-level speculative reasoning) as a LlamaIndex function-calling chat LLM.
 
     Pass a loaded engine (`SpecGuardLLM(engine=engine)`; one engine can back several adapters and
-    concurrent callers), or `draft=` and `target=` to load the pair lazily on first use.
-    `generate_kwargs` are `SpecGuardConfig` overrides for every call; per-call keyword arguments to
-    `chat`/`stream_chat`/... override them again.
+    concurrent callers), or `draft=` and `target=` (`model=` is the target too) to load the pair
+    lazily on first use. The vocabulary is shared with `ChatSpecGuard` (see
+    `specguard_integrations.common`): `config=` or `preset=` is the base of every call (else the
+    engine's config), then the knob fields (`temperature`, `max_tokens`, ...), then per-call
+    keywords to `chat`/`stream_chat`/... (`max_tokens`, `stop` and any `SpecGuardConfig` field).
+    An unknown argument is an error that lists the valid ones.
     """
 
     model_config = ConfigDict(protected_namespaces=())
 
     draft: str | None = Field(default=None, description="draft model (id, folder or .gguf)")
     target: str | None = Field(default=None, description="target model (id, folder or .gguf)")
+    config: SpecGuardConfig | None = Field(default=None, description="base config of every call")
+    preset: str | None = Field(default=None, description="config preset (paper or fast)")
+    temperature: float | None = Field(default=None, ge=0.0)
+    max_tokens: int | None = Field(default=None, ge=1, description="max tokens per answer")
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stop: list[str] | None = Field(default=None)
+    seed: int | None = Field(default=None)
+    timeout: float | None = Field(default=None, gt=0, description="seconds, checked per step")
+    k: int | None = Field(default=None, ge=1, description="draft candidates per step")
+    tau: float | None = Field(default=None, description="acceptance threshold")
+    beta: float | None = Field(default=None, ge=0.0, le=1.0)
+    max_steps: int | None = Field(default=None, ge=1)
+    # loader options (used only when SpecGuardLLM loads the pair itself)
     device: str = Field(default="auto", description="device for lazy loading")
     dtype: str = Field(default="auto", description="dtype for lazy loading")
-    preset: str | None = Field(default=None, description="config preset for lazy loading")
-    max_new_tokens: int | None = Field(default=None, ge=1, description="max tokens per answer")
+    device_map: Any = Field(default=None)
+    max_memory: dict[Any, Any] | None = Field(default=None)
+    revision: str | None = Field(default=None)
+    trust_remote_code: bool = Field(default=False, description="run a model folder's own code")
+    quantization_config: Any = Field(default=None, exclude=True)
+    engine_config: EngineConfig | None = Field(default=None)
     context_window: int | None = Field(
         default=None, ge=1, description="override of the models' context window")
     model_name: str | None = Field(default=None, description="name reported in metadata")
-    generate_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="SpecGuardConfig overrides applied to every call")
+    overrides: dict[str, Any] = Field(default_factory=dict, exclude=True,
+                                      description="from the deprecated generate_kwargs")
 
     _engine: Any = PrivateAttr(default=None)
     _load_lock: Any = PrivateAttr(default_factory=threading.Lock)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arguments(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "model" in data:
+            data = {**data, "target": data.pop("model")}
+        valid = {n for n in cls.model_fields if n != "overrides"}
+        return check_arguments("SpecGuardLLM", data, valid | {"engine", "model"})
 
     def __init__(self, engine: SpecGuardEngine | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._engine = engine
         if engine is None and not (self.draft and self.target):
             raise ValueError("SpecGuardLLM needs engine=SpecGuardEngine(...) or draft= and target=")
-        SpecGuardConfig.model_validate(self._defaults())  # bad option names or values fail here
+        check_config_choice(self.config, self.preset)
+        self._config(engine, {})  # bad option names or values fail here
 
     @classmethod
     def class_name(cls) -> str:
@@ -139,19 +201,24 @@ class SpecGuardLLM(FunctionCallingLLM):
         if self._engine is None:
             with self._load_lock:
                 if self._engine is None:
-                    from specguard_core.engine.loop import SpecGuardEngine
-
-                    self._engine = SpecGuardEngine.from_pretrained(
-                        str(self.draft), str(self.target), device=self.device, dtype=self.dtype,
-                        preset=self.preset)
+                    base = base_config(self.config, self.preset, None)
+                    self._engine = load_pair(str(self.draft), str(self.target), base,
+                                             loader_kwargs(self))
         return self._engine
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        """Deprecated: use `max_tokens`."""
+        warnings.warn("SpecGuardLLM.max_new_tokens is deprecated; use .max_tokens",
+                      DeprecationWarning, stacklevel=2)
+        return self.max_tokens
 
     @property
     def metadata(self) -> LLMMetadata:
         engine = self.engine
         return LLMMetadata(
             context_window=self.context_window or engine.context_window or DEFAULT_CONTEXT_WINDOW,
-            num_output=engine.config.merged(**self._defaults()).max_new_tokens,
+            num_output=self._config(engine, {}).max_new_tokens,
             is_chat_model=True,
             is_function_calling_model=True,
             model_name=self.model_name or engine.model_name,
@@ -165,11 +232,18 @@ class SpecGuardLLM(FunctionCallingLLM):
         return super().to_payload()
 
     # ---- requests --------------------------------------------------------------------------
-    def _defaults(self) -> dict[str, Any]:
-        out = dict(self.generate_kwargs)
-        if self.max_new_tokens is not None:
-            out["max_new_tokens"] = self.max_new_tokens
-        return out
+    def _config(self, engine: SpecGuardEngine | None, options: dict[str, Any]
+                ) -> SpecGuardConfig:
+        """The call's SpecGuardConfig: config/preset (else the engine's) < knob fields <
+        per-call options (`max_tokens`, `stop` and SpecGuardConfig fields)."""
+        unknown = sorted(set(options) - set(SpecGuardConfig.model_fields) - {"max_tokens"})
+        if unknown:
+            raise ValueError(f"SpecGuardLLM got unknown option(s) {unknown}; per-call options are "
+                             "tools, tool_choice, response_format, max_tokens, stop and "
+                             "SpecGuardConfig fields (k, temperature, seed, ...)")
+        base = base_config(self.config, self.preset, engine.config if engine else None)
+        fields = knob_overrides({n: getattr(self, n) for n in KNOBS})
+        return request_config(base, self.overrides, fields, knob_overrides(options))
 
     def _request(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
                  ) -> dict[str, Any]:
@@ -177,16 +251,16 @@ class SpecGuardLLM(FunctionCallingLLM):
         options = {k: v for k, v in kwargs.items() if v is not None}
         tools = options.pop("tools", None)
         tool_choice = options.pop("tool_choice", "auto")
-        unknown = sorted(set(options) - set(SpecGuardConfig.model_fields))
-        if unknown:
-            raise ValueError(f"SpecGuardLLM got unknown option(s) {unknown}; per-call options are "
-                             "tools, tool_choice and SpecGuardConfig fields (k, temperature, "
-                             "max_new_tokens, stop, seed, ...)")
+        response_format = options.pop("response_format", None)
+        self._config(self._engine, options)  # bad options fail here, before any loading
         return {"messages_or_prompt": to_engine_messages(messages), "tools": tools,
-                "tool_choice": tool_choice, **self._defaults(), **options}
+                "tool_choice": tool_choice, "response_format": response_format,
+                "options": options}
 
     def _open(self, request: dict[str, Any]) -> GenerationStream:
-        return self.engine.stream(**request)
+        engine = self.engine
+        args = {k: v for k, v in request.items() if k != "options"}
+        return engine.stream(**args, config=self._config(engine, request["options"]))
 
     def _open_turn(self, request: dict[str, Any]) -> tuple[GenerationStream, Turn]:
         stream = self._open(request)
@@ -194,56 +268,68 @@ class SpecGuardLLM(FunctionCallingLLM):
         prompt = self.engine.prompt_ids(request["messages_or_prompt"], tools)
         return stream, Turn(prompt_tokens=len(prompt))
 
-    # ---- chat ------------------------------------------------------------------------------
-    @llm_chat_callback()
-    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+    # ---- chat: undecorated bodies, so that complete() is one LLM event, not two ------------
+    def _chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         stream = self._open(self._request(messages, kwargs))
-        with stream:
-            for _ in stream:
-                pass
+        for _ in _until(stream, self.timeout):
+            pass
         return chat_response(stream.result)
 
-    @llm_chat_callback()
-    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+    def _stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         stream, turn = self._open_turn(self._request(messages, kwargs))
-        return _stream_responses(stream, turn)
+        return _stream_responses(stream, turn, self.timeout)
 
-    @llm_chat_callback()
-    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+    async def _achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         request = self._request(messages, kwargs)
         stream = await asyncio.to_thread(self._open, request)
-        async with aclosing(_asteps(stream)) as steps:
+        async with aclosing(_asteps(stream, self.timeout)) as steps:
             async for _ in steps:
                 pass
         return chat_response(stream.result)
 
+    async def _astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any
+                            ) -> ChatResponseAsyncGen:
+        request = self._request(messages, kwargs)
+        stream, turn = await asyncio.to_thread(self._open_turn, request)
+        return _astream_responses(stream, turn, self.timeout)
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        return self._chat(messages, **kwargs)
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        return self._stream_chat(messages, **kwargs)
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        return await self._achat(messages, **kwargs)
+
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any
                            ) -> ChatResponseAsyncGen:
-        request = self._request(messages, kwargs)
-        stream, turn = await asyncio.to_thread(self._open_turn, request)
-        return _astream_responses(stream, turn)
+        return await self._astream_chat(messages, **kwargs)
 
-    # ---- complete (LlamaIndex's own chat-to-completion helpers) ----------------------------
+    # ---- complete (LlamaIndex's own chat-to-completion helpers over the bodies) ------------
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any
                  ) -> CompletionResponse:
-        return chat_to_completion_decorator(self.chat)(prompt, **kwargs)
+        return chat_to_completion_decorator(self._chat)(prompt, **kwargs)
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
                         ) -> CompletionResponseGen:
-        return stream_chat_to_completion_decorator(self.stream_chat)(prompt, **kwargs)
+        return stream_chat_to_completion_decorator(self._stream_chat)(prompt, **kwargs)
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any
                         ) -> CompletionResponse:
-        return await achat_to_completion_decorator(self.achat)(prompt, **kwargs)
+        return await achat_to_completion_decorator(self._achat)(prompt, **kwargs)
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
                                ) -> CompletionResponseAsyncGen:
-        return await astream_chat_to_completion_decorator(self.astream_chat)(prompt, **kwargs)
+        return await astream_chat_to_completion_decorator(self._astream_chat)(prompt, **kwargs)
 
     # ---- tools -----------------------------------------------------------------------------
     def _prepare_chat_with_tools(

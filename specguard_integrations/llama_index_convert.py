@@ -110,6 +110,13 @@ def tool_selections(message: ChatMessage) -> list[ToolSelection]:
 
 
 # ---- engine output -> LlamaIndex responses -----------------------------------------------------
+def surfaced(calls: Sequence[ToolCall]) -> list[ToolCall]:
+    """The calls an agent sees: valid ones, and invalid ones that name a tool (misspelt, or with
+    arguments that break the schema) so the agent's own error path answers them; a call that did
+    not parse at all (no name) stays in the trace only."""
+    return [c for c in calls if c.valid or c.name]
+
+
 def _message(content: str, thinking: str, calls: Sequence[ToolCall]) -> ChatMessage:
     """The assistant message; tool calls as `ToolCallBlock`s and, as OpenAI's adapter also does,
     in `additional_kwargs["tool_calls"]` (read by LlamaIndex's streaming structured output)."""
@@ -132,20 +139,17 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 
 
 def trace(result: GenerationResult) -> dict[str, Any]:
-    """The SpecGuard trace of a finished call (`additional_kwargs["specguard"]`)."""
-    return {
-        "model": result.model_name,
-        "finish_reason": result.finish_reason,
-        "steps": [s.to_dict() for s in result.steps],
-        "stats": result.stats.to_dict(),
-        "invalid_tool_calls": [asdict(c) for c in result.invalid_tool_calls],
-    }
+    """The SpecGuard trace of a finished call (`additional_kwargs["specguard"]`): the one trace
+    schema (`GenerationResult.trace()`) plus the calls that failed verification."""
+    return {**result.trace(),
+            "invalid_tool_calls": [asdict(c) for c in result.invalid_tool_calls]}
 
 
 def chat_response(result: GenerationResult) -> ChatResponse:
     usage = result.usage
     return ChatResponse(
-        message=_message(result.text, result.reasoning, result.tool_calls),
+        message=_message(result.text, result.reasoning, surfaced(
+            [s.tool_call for s in result.steps if s.tool_call is not None])),
         raw={"model": result.model_name, "finish_reason": result.finish_reason,
              "usage": _usage(usage.prompt_tokens, usage.completion_tokens)},
         additional_kwargs={"specguard": trace(result)},
@@ -173,14 +177,14 @@ class Turn:
         elif step.kind == "reasoning":
             thinking_delta = strip_markers(step.text, _THINK)
             self.thinking += thinking_delta
-        elif step.tool_call is not None and step.tool_call.valid:
-            self.calls.append(step.tool_call)
+        elif step.tool_call is not None:
+            self.calls += surfaced([step.tool_call])
         self.last = ChatResponse(
             message=_message(self.content.strip(), self.thinking.strip(), self.calls),
             delta=delta,
             raw={"usage": _usage(self.prompt_tokens, self.completion_tokens)},
             additional_kwargs={"thinking_delta": thinking_delta,
-                               "specguard_step": step.to_dict()},
+                               "specguard_step": step.trace()},
         )
         return self.last
 

@@ -1,13 +1,32 @@
-"""Tiny random models over a locally built tokenizer (no hub, no network), shared by the tests."""
+"""Model pairs for the tests, in one place.
+
+- The tiny pair (`make_pair_dirs`, `load_pair`, `build_model`): random Qwen2 models over a locally
+  built tokenizer (no hub, no network); every suite that needs real weights-shaped models uses it.
+- The real pair (`real_pair_dirs`, `real_engine`, `needs_real`): the default Qwen2.5-Coder pair as
+  `specguard models fetch` caches it, found through the library (`registry.lookup` +
+  `cached_folder`, so `$SPECGUARD_CACHE` is honoured). Real tests are opt-in: marker `real` and
+  `SPECGUARD_REAL_MODELS=1`; they skip with a clear reason when the pair is absent.
+"""
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
+from specguard_core.models.registry import (
+    CACHE_ENV,
+    DEFAULT_DRAFT,
+    DEFAULT_TARGET,
+    cache_dir,
+    cached_folder,
+    lookup,
+)
 from specguard_core.testing import build_tokenizer
 
 # An OpenAI-style tool used across the chat and agent-step tests.
@@ -43,12 +62,14 @@ def build_model(out: Path, vocab_size: int, seed: int, layers: int, hidden: int,
     return out
 
 
-def make_pair_dirs(root: Path) -> tuple[Path, Path]:
+def make_pair_dirs(root: Path, max_positions: int = 512) -> tuple[Path, Path]:
     """Two model folders (draft: 3 layers, target: 4 layers) sharing one tokenizer."""
     tok = build_tokenizer(root / "tok")
     eos = tok.convert_tokens_to_ids("<|im_end|>")
-    draft = build_model(root / "draft", len(tok), seed=1, layers=3, hidden=32, eos=eos)
-    target = build_model(root / "target", len(tok), seed=2, layers=4, hidden=48, eos=eos)
+    draft = build_model(root / "draft", len(tok), seed=1, layers=3, hidden=32, eos=eos,
+                        max_positions=max_positions)
+    target = build_model(root / "target", len(tok), seed=2, layers=4, hidden=48, eos=eos,
+                         max_positions=max_positions)
     for d in (draft, target):
         tok.save_pretrained(d)
     return draft, target
@@ -72,3 +93,36 @@ def fake_converter(gguf: Path, dst: Path, dtype: str) -> None:
     payload = torch.frombuffer(bytearray(gguf.read_bytes()), dtype=torch.uint8)
     save_file({"payload": payload}, str(dst / "model.safetensors"))
     (dst / "tokenizer.json").write_text("{}")
+
+
+# ---- the real default pair (opt-in) ---------------------------------------------------------
+REAL_REASON = ("opt-in real-model test: set SPECGUARD_REAL_MODELS=1 with the default pair cached "
+               f"(`specguard models fetch`; cache: ${CACHE_ENV} or ~/.cache/specguard/models)")
+
+
+def real_pair_dirs() -> tuple[Path, Path] | None:
+    """(draft, target) folders of the default pair in the model cache, None when not cached."""
+    folders = []
+    for name in (DEFAULT_DRAFT, DEFAULT_TARGET):
+        bundle = lookup(name)
+        folder = cached_folder(bundle) if bundle is not None else None
+        if folder is None:
+            return None
+        folders.append(folder)
+    return folders[0], folders[1]
+
+
+HAVE_REAL = os.environ.get("SPECGUARD_REAL_MODELS") == "1" and real_pair_dirs() is not None
+needs_real = [pytest.mark.real, pytest.mark.skipif(not HAVE_REAL, reason=REAL_REASON)]
+
+
+@functools.cache
+def real_engine() -> Any:
+    """The default pair, loaded once per session (bf16 on CPU); skips when not opted in."""
+    from specguard_core import SpecGuardEngine
+
+    dirs = real_pair_dirs() if HAVE_REAL else None
+    if dirs is None:
+        pytest.skip(f"{REAL_REASON} (looked in {cache_dir()})")
+    return SpecGuardEngine.from_pretrained(str(dirs[0]), str(dirs[1]), dtype="bfloat16",
+                                           device="cpu", progress=False)

@@ -23,16 +23,53 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
     p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16",
                                                            "float32"])
+    add_loader_flags(p)
     p.add_argument("--bounds", help="normaliser bounds JSON from `specguard calibrate`")
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--system", help="optional system message")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="config override, repeatable (k=4, tau=0.6, temperature=0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead")
-    p.add_argument("--trust-remote-code", action="store_true",
+    p.set_defaults(func=cmd_run)
+
+
+def add_loader_flags(p: argparse.ArgumentParser) -> None:
+    """Loader options passed through to transformers' `from_pretrained` for both models."""
+    g = p.add_argument_group("loading")
+    g.add_argument("--device-map", help='transformers device_map, e.g. "auto" (needs accelerate)')
+    g.add_argument("--max-memory", metavar="JSON",
+                   help='per-device memory cap with --device-map, e.g. \'{"0": "20GiB"}\'')
+    g.add_argument("--revision", help="model revision (branch, tag or commit) for hub ids")
+    g.add_argument("--trust-remote-code", action="store_true",
                    help="let transformers run Python code shipped in the model folders (off by "
                         "default: such a model is refused)")
-    p.set_defaults(func=cmd_run)
+    g.add_argument("--quantize", choices=["4bit", "8bit"],
+                   help="load both models quantized with bitsandbytes (CUDA)")
+
+
+def loader_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The loading flags as `SpecGuardEngine.from_pretrained` keywords; bad values are a
+    ValueError that names the flag."""
+    import json
+
+    max_memory = None
+    if args.max_memory:
+        try:
+            raw = json.loads(args.max_memory)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--max-memory must be a JSON object: {err}") from None
+        if not isinstance(raw, dict):
+            raise ValueError('--max-memory must be a JSON object like {"0": "20GiB"}')
+        max_memory = {int(k) if str(k).isdigit() else k: v for k, v in raw.items()}
+    quantization = None
+    if args.quantize:
+        from transformers import BitsAndBytesConfig
+
+        quantization = BitsAndBytesConfig(load_in_4bit=args.quantize == "4bit",
+                                          load_in_8bit=args.quantize == "8bit")
+    return {"device_map": args.device_map, "max_memory": max_memory, "revision": args.revision,
+            "trust_remote_code": bool(args.trust_remote_code),
+            "quantization_config": quantization}
 
 
 def _config(args: argparse.Namespace) -> SpecGuardConfig:
@@ -86,10 +123,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         normalise_messages(args.question)
     normalise_messages(messages)
     device = resolve_device(args.device)
+    options = loader_options(args)
     with console.status(f"loading {args.draft} and {args.target} ..."):
         engine = SpecGuardEngine.from_pretrained(args.draft, args.target, device=device,
-                                                 dtype=args.dtype, config=cfg,
-                                                 trust_remote_code=args.trust_remote_code)
+                                                 dtype=args.dtype, config=cfg, **options)
     stream = engine.stream(messages)
     for step in stream:
         if not args.json:

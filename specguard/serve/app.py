@@ -217,11 +217,13 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         except InputError as err:
             raise APIError(400, str(err), param="messages") from None
         kwargs: dict[str, Any] = {"tools": req.tools, "tool_choice": req.tool_choice or "auto"}
-        if req.response_format and takes_format:
-            kwargs["response_format"] = req.response_format
-        elif req.response_format and (instruction := convert.format_instruction(
+        # the model is told the format (the engine verifies answers, it does not constrain
+        # decoding), and the engine checks it where it can: an invalid draft answer goes to the target
+        if req.response_format and (instruction := convert.format_instruction(
                 req.response_format)):
             messages = convert.with_instruction(messages, instruction)
+            if takes_format:
+                kwargs["response_format"] = req.response_format
         lease = await open_stream(messages, cfg, **kwargs)
         rid = convert.new_id("chatcmpl")
         if req.stream:

@@ -28,6 +28,7 @@ from specguard_core.engine.chat import (
     render_prompt,
     required_tool,
 )
+from specguard_core.engine.formats import ResponseFormat
 from specguard_core.engine.handle import ModelHandle
 from specguard_core.engine.proposer import Candidate, SampleSpec, propose
 from specguard_core.engine.request import Request, Step
@@ -114,8 +115,9 @@ class SpecGuardEngine:
     @classmethod
     def from_pretrained(cls, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
         """Load both models (hub ids, local folders, `.gguf` files, or cached names from
-        `specguard models fetch`). Keywords: device, dtype, device_map, config, engine_config,
-        preset, progress, trust_remote_code (default False: no code from a model folder runs)."""
+        `specguard models fetch`). Keywords: device, dtype, device_map, max_memory, revision,
+        trust_remote_code (False unless given), quantization_config, config, engine_config,
+        preset, progress (see `specguard_core.models.loading.load_model`)."""
         from specguard_core.models.loading import load_engine
 
         return load_engine(cls, draft, target, **kwargs)
@@ -138,21 +140,30 @@ class SpecGuardEngine:
     # ---- public generation API -------------------------------------------------------------
     def generate(self, messages_or_prompt: str | Sequence[Message], *,
                  tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
-                 config: SpecGuardConfig | None = None, **overrides: Any) -> GenerationResult:
+                 response_format: Any = None, config: SpecGuardConfig | None = None,
+                 **overrides: Any) -> GenerationResult:
         """Run to completion with `config` (default: the engine's), then any keyword overrides of
         its fields (k=4, tau=0.6, ...)."""
         stream = self.stream(messages_or_prompt, tools=tools, tool_choice=tool_choice,
-                             config=config, **overrides)
+                             response_format=response_format, config=config, **overrides)
         for _ in stream:
             pass
         return stream.result
 
     def stream(self, messages_or_prompt: str | Sequence[Message], *,
                tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
-               config: SpecGuardConfig | None = None, **overrides: Any) -> GenerationStream:
+               response_format: Any = None, config: SpecGuardConfig | None = None,
+               **overrides: Any) -> GenerationStream:
         """Yield each `StepRecord` as soon as it is committed. Input is validated here, eagerly;
-        the request runs with `config` (default: the engine's) and keyword overrides of its fields."""
+        the request runs with `config` (default: the engine's) and keyword overrides of its fields.
+        `response_format` ("json", a JSON schema, or OpenAI's json_schema/json_object dict) makes
+        answer steps structurally checked: a draft answer that is not (on course to) one matching
+        JSON object is rejected and the target writes the step; bare JSON is then never a call."""
         cfg = (config or self.config).merged(**overrides)
+        try:
+            fmt = ResponseFormat.of(response_format)
+        except ValueError as err:
+            raise InputError(str(err)) from None
         messages = normalise_messages(messages_or_prompt)
         checked = [] if tool_choice == "none" else check_tools(tools)
         required = required_tool(tool_choice, checked)
@@ -160,11 +171,11 @@ class SpecGuardEngine:
         req = Request(
             cfg=cfg, tools=checked, required=required,
             rules=StepRules.for_tokenizer(self.target.tokenizer, cfg.step_delimiters)
-            .with_tools(bool(checked)),
+            .with_tools(() if fmt else [t["function"]["name"] for t in checked]),
             draft=self.draft.new_state(), target=self.target.new_state(),
             generator=torch.Generator(self.draft.device).manual_seed(cfg.seed),
             prompt_tokens=len(prompts[1]), context_window=self.context_window,
-            tokenizer=self.target.tokenizer,
+            tokenizer=self.target.tokenizer, response_format=fmt,
         )
         req.draft.pending, req.target.pending = prompts
         holder: dict[str, GenerationResult] = {}
@@ -232,7 +243,8 @@ class SpecGuardEngine:
     def _verify(self, req: Request, cand: Candidate) -> Verdict:
         kind, _ = step_kind(cand.text, req.in_think, req.rules)
         reason, call = structural_check(cand.text, kind, req.tools, req.required,
-                                        self.target.tokenizer)
+                                        self.target.tokenizer, req.response_format,
+                                        req.answer_text(), cand.end == "eos")
         if req.cfg.scoring_model == "target":
             self.target.catch_up(req.target)
             layers = self._capture_layers(self.target, req.cfg)

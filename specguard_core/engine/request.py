@@ -15,6 +15,7 @@ import torch
 
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.chat import parse_tool_call
+from specguard_core.engine.formats import ResponseFormat
 from specguard_core.engine.handle import CacheState
 from specguard_core.engine.steps import StepRules, call_closed, step_kind, strip_markers
 from specguard_core.engine.verifier import Verdict
@@ -53,6 +54,7 @@ class Request:
     prompt_tokens: int
     context_window: int
     tokenizer: Any = None
+    response_format: ResponseFormat | None = None  # the answer must be JSON (matching a schema)
     stats: RunStats = field(default_factory=RunStats)
     steps: list[StepRecord] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
@@ -124,6 +126,10 @@ class Request:
 
     def raw_text(self) -> str:
         return "".join(s.text for s in self.steps)
+
+    def answer_text(self) -> str:
+        """The answer steps committed so far (what a response format is checked against)."""
+        return "".join(s.text for s in self.steps if s.kind == "answer")
 
     def result(self, model_name: str) -> GenerationResult:
         raw = self.raw_text()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from specguard_core.types import StepKind
@@ -23,10 +24,14 @@ class StepRules:
     tool_close: str | None = "</tool_call>"
     think_open: str = "<think>"
     think_close: str = "</think>"
-    bare_calls: bool = False  # tools are offered: a step that is one `{"name": ...}` JSON is a call
+    # names of the offered tools: a step that is one `{"name": <one of them>, ...}` JSON object is
+    # a call written without markers; empty (no tools, or a response format asks for JSON) means
+    # bare JSON is always an answer
+    bare_calls: frozenset[str] = frozenset()
 
-    def with_tools(self, offered: bool) -> StepRules:
-        return replace(self, bare_calls=offered)
+    def with_tools(self, names: Iterable[str]) -> StepRules:
+        """These rules with bare JSON calls of the tools `names` recognised as tool calls."""
+        return replace(self, bare_calls=frozenset(names))
 
     @classmethod
     def for_tokenizer(cls, tokenizer: object, delimiters: tuple[str, ...]) -> StepRules:
@@ -44,6 +49,24 @@ def _first(text: str, markers: tuple[str, ...], start: int = 0) -> tuple[int, st
 
 
 _BARE = re.compile(r'(```(?:json)?\s*)?\{\s*"name"\s*:')
+_BARE_NAME = re.compile(r'(?:```(?:json)?\s*)?\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _offered_call(text: str, lead: int, names: frozenset[str]) -> bool:
+    """Whether `text` at `lead` opens a bare call of an offered tool: `{"name": ` followed by an
+    offered name, or by a name still being written that can become one."""
+    opened = _BARE.match(text, lead) if names else None
+    if opened is None:
+        return False
+    named = _BARE_NAME.match(text, lead)
+    if named is None:  # the name is still being written
+        rest = text[opened.end():].lstrip()
+        return not rest or (rest[0] == '"' and any(n.startswith(rest[1:]) for n in names))
+    try:
+        name = json.loads(f'"{named.group(1)}"')
+    except ValueError:
+        return False
+    return name in names
 
 
 def _json_end(text: str, start: int) -> int | None:
@@ -89,9 +112,10 @@ def call_closed(text: str, rules: StepRules) -> bool:
     return bool(rules.tool_close) and str(rules.tool_close) in text
 
 
-def is_bare_call(text: str) -> bool:
+def is_bare_call(text: str, names: frozenset[str]) -> bool:
+    """Whether `text` is one whole bare (or ```json-fenced) JSON call of a tool in `names`."""
     body = text.strip()
-    return bool(_BARE.match(body)) and _bare_call_end(body, 0) == len(body)
+    return _offered_call(body, 0, names) and _bare_call_end(body, 0) == len(body)
 
 
 def step_end(text: str, rules: StepRules) -> int | None:
@@ -100,8 +124,9 @@ def step_end(text: str, rules: StepRules) -> int | None:
     - A step that starts (after whitespace) with a tool-call opener ends right after its closer; the
       delimiter inside it does not count. If its JSON is complete and something other than the closer
       follows, it ends with the JSON (a forgotten closer).
-    - With `bare_calls`, a step that starts with `{"name":` (optionally in a ```json fence) is a
-      tool call written without markers, as small models often do; it ends where its JSON ends.
+    - With `bare_calls`, a step that starts with `{"name": "<offered tool>"` (optionally in a
+      ```json fence) is a tool call written without markers, as small models often do; it ends
+      where its JSON ends. JSON naming anything else (`{"name": "Bob", ...}`) is prose.
     - Otherwise a step ends after its first delimiter or `</think>`, or just *before* an opener
       (`<tool_call>`, `<think>`) that follows some prose, so blocks are never merged with prose.
     The returned index is always > 0, so repeated splitting makes progress.
@@ -110,7 +135,7 @@ def step_end(text: str, rules: StepRules) -> int | None:
     lead = len(text) - len(body)
     if rules.tool_open and rules.tool_close and body.startswith(rules.tool_open):
         return _tool_block_end(text, lead + len(rules.tool_open), rules.tool_close)
-    if rules.bare_calls and _BARE.match(text, lead):
+    if _offered_call(text, lead, rules.bare_calls):
         return _bare_call_end(text, lead)
     if body.startswith(rules.think_open):
         lead += len(rules.think_open)  # the opener itself begins this step
@@ -141,7 +166,7 @@ def step_kind(text: str, in_think: bool, rules: StepRules) -> tuple[StepKind, bo
     body = text.strip()
     if rules.tool_open and body.startswith(rules.tool_open) and not in_think:
         return "tool_call", False
-    if rules.bare_calls and not in_think and is_bare_call(body):
+    if not in_think and is_bare_call(body, rules.bare_calls):
         return "tool_call", False
     if body.startswith(rules.think_open):
         in_think = True

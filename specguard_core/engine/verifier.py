@@ -12,6 +12,7 @@ from specguard_core.config import SpecGuardConfig
 from specguard_core.engine import signals
 from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import parse_tool_call
+from specguard_core.engine.formats import ResponseFormat, check_answer
 from specguard_core.engine.handle import CacheState, ModelHandle
 from specguard_core.engine.proposer import Candidate
 from specguard_core.types import StepKind, ToolCall
@@ -83,10 +84,14 @@ def decide(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, bool]:
 
 
 def structural_check(text: str, kind: StepKind, tools: list[dict[str, Any]],
-                     required: str | None, tokenizer: Any) -> tuple[str | None, ToolCall | None]:
+                     required: str | None, tokenizer: Any,
+                     response_format: ResponseFormat | None = None, answer_before: str = "",
+                     done: bool = False) -> tuple[str | None, ToolCall | None]:
     """(reason to reject or None, parsed tool call) for a step of `kind`.
 
-    `required` is the tool choice still owed: "*" for any call, a name, or None.
+    `required` is the tool choice still owed: "*" for any call, a name, or None. Under a
+    `response_format`, an answer step must keep the answer (`answer_before` + `text`) on course to
+    one JSON object that matches it (`done`: the step ends the turn, so the object must be whole).
     """
     if kind == "tool_call":
         call = parse_tool_call(text, tools, tokenizer)
@@ -97,6 +102,8 @@ def structural_check(text: str, kind: StepKind, tools: list[dict[str, Any]],
         return None, call
     if required and kind == "answer" and text.strip():
         return "tool_choice requires a tool call before answering", None
+    if response_format is not None and kind == "answer":
+        return check_answer(answer_before + text, response_format, done), None
     return None, None
 
 

@@ -99,13 +99,15 @@ def check_pair(draft_model: Any, draft_tokenizer: Any, target_model: Any,
 
 
 def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "auto",
-               device_map: Any = None, progress: bool = True,
-               trust_remote_code: bool = False) -> tuple[Any, Any]:
+               device_map: Any = None, max_memory: dict[Any, Any] | None = None,
+               revision: str | None = None, trust_remote_code: bool = False,
+               quantization_config: Any = None, progress: bool = True) -> tuple[Any, Any]:
     """(model, tokenizer) for a hub id, folder, `.gguf` file or cached model name.
 
-    No code from the model folder runs unless `trust_remote_code=True` (passed to transformers
-    explicitly, so it never asks on stdin). A missing, empty, non-model or damaged folder is a
-    clear FileNotFoundError/OSError before transformers reads it."""
+    `max_memory`, `revision` and `quantization_config` go to transformers' `from_pretrained` as
+    given (None: not passed). No code from the model folder runs unless `trust_remote_code=True`
+    (always passed to transformers explicitly, so it never asks on stdin). A missing, empty,
+    non-model or damaged folder is a clear FileNotFoundError/OSError before transformers reads it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = _resolve(ref)
@@ -115,7 +117,11 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
                                 "file or a model id (see `specguard models list`)")
     if problem := model_folder_problem(local):
         raise OSError(problem)
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
+    kwargs: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code)}
+    if revision is not None:
+        kwargs["revision"] = revision
+    model_kwargs = {k: v for k, v in (("max_memory", max_memory),
+                                      ("quantization_config", quantization_config)) if v is not None}
     folder = str(local) if local.exists() else path
     if local.suffix == ".gguf":
         folder, kwargs["gguf_file"] = str(local.parent), local.name
@@ -125,7 +131,7 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
         model: Any = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=_dtype(dtype), device_map=device_map, **kwargs)
+            folder, dtype=_dtype(dtype), device_map=device_map, **kwargs, **model_kwargs)
     except ValueError as err:
         if trust_remote_code or "trust_remote_code" not in str(err):
             raise
@@ -141,21 +147,24 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
         hint = fetch_hint(ref) or ("Offline? Fetch the default pair with `specguard models fetch` "
                                    "or pass a local folder.")
         raise OSError(f"could not load model {ref!r}: {err}\n{hint}") from err
-    if device_map is None:
+    if device_map is None and quantization_config is None:  # quantized weights are placed by it
         model = model.to(device)
     return model, tokenizer
 
 
 def load_engine(cls: Any, draft: str, target: str, *, device: str = "auto",
                 dtype: str | torch.dtype = "auto", device_map: Any = None,
+                max_memory: dict[Any, Any] | None = None, revision: str | None = None,
+                trust_remote_code: bool = False, quantization_config: Any = None,
                 config: SpecGuardConfig | None = None, engine_config: EngineConfig | None = None,
-                preset: str | None = None, progress: bool = True,
-                trust_remote_code: bool = False) -> Any:
-    """Load the pair (see `load_model`; `trust_remote_code` applies to both) and build `cls`."""
+                preset: str | None = None, progress: bool = True) -> Any:
+    """Both models with the same loader options (see `load_model`)."""
     cfg = config or (make_preset(preset) if preset else SpecGuardConfig())
-    d_model, d_tok = load_model(draft, device=device, dtype=dtype, device_map=device_map,
-                                progress=progress, trust_remote_code=trust_remote_code)
-    t_model, t_tok = load_model(target, device=device, dtype=dtype, device_map=device_map,
-                                progress=progress, trust_remote_code=trust_remote_code)
+    options: dict[str, Any] = dict(
+        device=device, dtype=dtype, device_map=device_map, max_memory=max_memory,
+        revision=revision, trust_remote_code=trust_remote_code,
+        quantization_config=quantization_config, progress=progress)
+    d_model, d_tok = load_model(draft, **options)
+    t_model, t_tok = load_model(target, **options)
     return cls(d_model, d_tok, t_model, t_tok, config=cfg, engine_config=engine_config,
                name=f"specguard:{Path(draft).name}+{Path(target).name}")

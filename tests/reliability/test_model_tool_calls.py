@@ -55,12 +55,12 @@ def test_nan_and_infinity_arguments_are_refused_and_never_written_out(
 
 
 def test_the_scanners_survive_any_depth() -> None:
-    rules = StepRules().with_tools(True)
+    rules = StepRules().with_tools(["get_weather"])
     for text in (CALLS["deep"], CALLS["deepopen"], CALLS["deepbare"], '{"a": ' * 100_000,
                  '{"name": ' + "[" * 100_000, "<tool_call>" + "[" * 100_000):
         step_end(text, rules)  # no RecursionError
         assert "".join(segment(text, rules)) == text
-        is_bare_call(text)
+        is_bare_call(text, rules.bare_calls)
         call = parse_tool_call(text, check_tools([WEATHER]))
         assert not call.valid
 

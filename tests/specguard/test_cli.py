@@ -90,3 +90,29 @@ def test_empty_question_fails_before_loading(capsys: pytest.CaptureFixture[str])
     # the models do not exist: the question is checked first
     assert main(["run", "  ", "--draft", "./nope", "--target", "./nope"]) == 2
     assert "the prompt is empty" in capsys.readouterr().err
+
+
+def test_loader_flags_reach_the_loader(pair_dirs: tuple[Path, Path],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from specguard_core import SpecGuardEngine
+
+    seen: list[dict[str, object]] = []
+    real = SpecGuardEngine.from_pretrained
+
+    def spy(draft: str, target: str, **kwargs: object) -> SpecGuardEngine:
+        seen.append(kwargs)
+        return real(draft, target, **{**kwargs, "device_map": None, "max_memory": None})
+
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained", spy)
+    draft, target = pair_dirs
+    base = ["run", "Hi", "--draft", str(draft), "--target", str(target), "--dtype", "float32",
+            "--device", "cpu", "--max-new-tokens", "2", "--json"]
+    assert main([*base, "--device-map", "cpu", "--max-memory", '{"cpu": "4GiB"}',
+                 "--revision", "main"]) == 0
+    assert main(base) == 0
+    flagged, default = seen
+    assert {k: flagged[k] for k in ("device_map", "max_memory", "revision",
+                                    "trust_remote_code")} == {
+        "device_map": "cpu", "max_memory": {"cpu": "4GiB"}, "revision": "main",
+        "trust_remote_code": False}
+    assert default["trust_remote_code"] is False and default["quantization_config"] is None

@@ -11,31 +11,22 @@ U+FFFD), so its replies stay ASCII. The draft follows the same
 script except that its tool calls leave out the required arguments, so the engine rejects them and
 the target regenerates those steps (as a weak draft would).
 
-`real_engine()` loads the default real pair when SPECGUARD_REAL_MODELS=1 and the folders exist.
+The real pair (`HAVE_REAL`, `REAL_REASON`, `real_engine`) comes from `tests.fixtures`.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import re
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
 from specguard_core.testing import scripted_engine
+from tests.fixtures import HAVE_REAL, REAL_REASON, needs_real, real_engine
 
-MODELS = Path.home() / ".cache" / "specguard" / "models" / "hf"
-REAL_DRAFT = MODELS / "qwen2.5-coder-0.5b-instruct-bfloat16"
-REAL_TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-bfloat16"
-REAL_REASON = ("opt-in real-model test: set SPECGUARD_REAL_MODELS=1 (needs the default pair in "
-               "~/.cache/specguard/models/hf, see `specguard models fetch`)")
-HAVE_REAL = (os.environ.get("SPECGUARD_REAL_MODELS") == "1" and REAL_DRAFT.is_dir()
-             and REAL_TARGET.is_dir())
-needs_real = [pytest.mark.real, pytest.mark.skipif(not HAVE_REAL, reason=REAL_REASON)]
+__all__ = ["HAVE_REAL", "REAL_REASON", "draft_respond", "make_engine", "needs_real",
+           "real_engine", "respond", "shared_engine"]
 
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>", re.DOTALL)
 _TOOLS = re.compile(r"<tools>(.*?)</tools>", re.DOTALL)
@@ -149,9 +140,3 @@ def shared_engine() -> SpecGuardEngine:
 def make_engine(draft_sharpness: float = 12.0) -> SpecGuardEngine:
     cfg = SpecGuardConfig(k=1, temperature=0.0, max_new_tokens=256)
     return scripted_engine(respond, draft_respond, draft_sharpness=draft_sharpness, config=cfg)
-
-
-@functools.cache
-def real_engine() -> SpecGuardEngine:
-    return SpecGuardEngine.from_pretrained(str(REAL_DRAFT), str(REAL_TARGET), dtype="bfloat16",
-                                           device="cpu")

@@ -11,29 +11,21 @@
 - otherwise a short `<think>` section and a two-step answer.
 `weak_draft` follows the same script but leaves tool-call arguments out, so the engine rejects
 those steps and the target regenerates them (as a weak draft would).
-`real_engine()` loads the default real pair when SPECGUARD_REAL_MODELS=1 and the folders exist.
+The real pair (`HAVE_REAL`, `REAL_REASON`, `real_engine`) comes from `tests.fixtures`.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
 from specguard_core.testing import scripted_engine
+from tests.fixtures import HAVE_REAL, REAL_REASON, real_engine
 
-MODELS = Path.home() / ".cache" / "specguard" / "models" / "hf"
-REAL_DRAFT = MODELS / "qwen2.5-coder-0.5b-instruct-bfloat16"
-REAL_TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-bfloat16"
-REAL_REASON = ("real-model tests are opt-in: set SPECGUARD_REAL_MODELS=1 with the default pair "
-               f"cached at {REAL_DRAFT} and {REAL_TARGET} (`specguard models fetch`)")
-HAVE_REAL = (os.environ.get("SPECGUARD_REAL_MODELS") == "1" and REAL_DRAFT.is_dir()
-             and REAL_TARGET.is_dir())
+__all__ = ["HAVE_REAL", "REAL_REASON", "WEATHER", "make_engine", "real_engine", "respond",
+           "weak_draft"]
 
 GREETING = "<think>A simple greeting.\n\nNo tools needed.</think>Hello there.\n\nThe answer is 7."
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|$)", re.DOTALL)
@@ -136,13 +128,6 @@ def make_engine(target: Any = respond, draft: Any = weak_draft, **config: Any
                 ) -> SpecGuardEngine:
     cfg = SpecGuardConfig(**{"k": 1, "temperature": 0.0, "max_new_tokens": 400, **config})
     return scripted_engine(target, draft, config=cfg)
-
-
-def real_engine() -> SpecGuardEngine:
-    if not HAVE_REAL:
-        pytest.skip(REAL_REASON)
-    return SpecGuardEngine.from_pretrained(str(REAL_DRAFT), str(REAL_TARGET), dtype="bfloat16",
-                                           device="cpu", progress=False)
 
 
 # ---- sanity tests of the script itself ---------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
-from specguard_core import NormBounds
+from specguard_core import NormBounds, preset
 from specguard_integrations.langchain import ChatSpecGuard
 from tests.specguard_integrations.langchain_helpers import (
     HAVE_REAL,
@@ -74,7 +74,7 @@ def test_agent_uses_a_tool_to_answer(build: Callable[[ChatSpecGuard], Any]) -> N
 
 BOUNDS = Path(__file__).resolve().parents[2] / "benchmarks" / "bounds-qwen2.5-coder-0.5b.json"
 SYSTEM = ("Use the tools for arithmetic. Once you have the tool's result, reply to the user in one "
-          "plain English sentence that states the number. Never reply with JSON.")
+          "plain English sentence that states the number.")
 
 
 @pytest.mark.real
@@ -91,8 +91,8 @@ def test_agent_on_the_real_pair() -> None:
         return handler(request.override(tool_choice="none" if called else "any"))
 
     bounds = {"bounds": NormBounds.load(BOUNDS)} if BOUNDS.is_file() else {}
-    model = ChatSpecGuard(engine=real_engine(), preset="fast", tau=0.8, max_tokens=128,
-                          model_kwargs=bounds)
+    model = ChatSpecGuard(engine=real_engine(), config=preset("fast", tau=0.8, **bounds),
+                          max_tokens=128)
     agent = create_agent(model, tools=[add, get_weather], middleware=[call_then_answer],
                          system_prompt=SYSTEM)
     messages = _run(agent, "A shop has 1234 red pens and 4321 blue pens. How many pens does it "

@@ -106,14 +106,14 @@ def test_construction_is_cheap_and_the_pair_loads_once(monkeypatch: pytest.Monke
         return shared_engine()
 
     monkeypatch.setattr(SpecGuardEngine, "from_pretrained", classmethod(fake_load))
-    model = ChatSpecGuard(model="org/target", draft_model="org/draft", dtype="float32",
+    model = ChatSpecGuard(model="org/target", draft="org/draft", dtype="float32",
                           temperature=0)
     assert loads == []
     assert all(m.content for m in model.batch(["Hello", "Hey", "Hi"]))
     assert [(d, t, kw["dtype"]) for d, t, kw in loads] == [("org/draft", "org/target", "float32")]
     default = ChatSpecGuard()
-    assert (default.model, default.draft_model) == ("Qwen/Qwen2.5-Coder-1.5B-Instruct",
-                                                    "Qwen/Qwen2.5-Coder-0.5B-Instruct")
+    assert (default.model, default.draft) == ("Qwen/Qwen2.5-Coder-1.5B-Instruct",
+                                              "Qwen/Qwen2.5-Coder-0.5B-Instruct")
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -123,7 +123,7 @@ def test_construction_is_cheap_and_the_pair_loads_once(monkeypatch: pytest.Monke
 def test_bad_settings_fail_at_construction(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         ChatSpecGuard(engine=shared_engine(), **kwargs)
-    with pytest.raises(ValueError, match="draft_model"):
+    with pytest.raises(ValueError, match="draft="):
         ChatSpecGuard(model="org/target")
 
 
@@ -147,14 +147,17 @@ def test_settings_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(engine, "stream", spy)
     model = ChatSpecGuard(engine=engine, preset="fast", temperature=0, max_tokens=50,
-                          stop=["zzz"], tau=0.5, model_kwargs={"max_step_tokens": 64})
-    model.invoke("Hello", k=3)
+                          stop=["zzz"], tau=0.5)
+    model.invoke("Hello", k=3, max_step_tokens=64)
     forced = ChatSpecGuard(engine=engine, temperature=0)
     forced.bind_tools([ADD, OTHER], tool_choice={"type": "function",
                                                  "function": {"name": "add"}}).invoke("Hello")
     first, second = seen
-    assert {key: first[key] for key in ("k", "temperature", "max_new_tokens", "stop", "tau",
-                                        "max_step_tokens", "fallback")} == {
+    cfg = first["config"]  # one typed SpecGuardConfig per call, not a dict of keywords
+    assert isinstance(cfg, SpecGuardConfig) and set(first) == {
+        "tools", "tool_choice", "response_format", "config"}
+    assert {key: getattr(cfg, key) for key in ("k", "temperature", "max_new_tokens", "stop", "tau",
+                                               "max_step_tokens", "fallback")} == {
         "k": 3, "temperature": 0, "max_new_tokens": 50, "stop": ("zzz",), "tau": 0.5,
         "max_step_tokens": 64, "fallback": "greedy"}
     assert (first["tool_choice"], first["tools"]) == ("auto", [])
@@ -176,8 +179,8 @@ def test_one_chunk_per_committed_step_then_a_last_chunk() -> None:
     assert len(chunks) == len(steps) + 1 and len(steps) >= 2
     for chunk, step in zip(chunks[:-1], steps, strict=True):
         (trace,) = chunk.response_metadata["specguard_steps"]
-        assert (trace["step"], trace["source"], trace["kind"]) == (step["step"], step["source"],
-                                                                   step["kind"])
+        assert (trace["index"], trace["source"], trace["kind"]) == (step["index"], step["source"],
+                                                                    step["kind"])
         assert {"confidence", "grounding", "score", "accepted", "tokens"} <= set(trace)
         assert chunk.chunk_position is None and chunk.usage_metadata is None
     last = chunks[-1]
@@ -231,12 +234,17 @@ class _Tokens(BaseCallbackHandler):
 
 
 def test_token_callbacks_fire_once_per_chunk() -> None:
+    """Issue 16 item 7: as ChatOllama does, `invoke` fires `on_llm_new_token` once per committed
+    step (and once for the last chunk), exactly as streaming does, without `streaming=True`."""
     streamed = _Tokens()
     chunks = list(chat().stream("Hello", config={"callbacks": [streamed]}))
-    assert len(streamed.tokens) == len(chunks)
+    assert len(streamed.tokens) == len(chunks) >= 3
     invoked = _Tokens()
     chat().invoke("Hello", config={"callbacks": [invoked]})
-    assert invoked.tokens == []
+    assert invoked.tokens == streamed.tokens
+    ainvoked = _Tokens()
+    asyncio.run(chat().ainvoke("Hello", config={"callbacks": [ainvoked]}))
+    assert ainvoked.tokens == streamed.tokens
     streaming = _Tokens()
     chat(streaming=True).invoke("Hello", config={"callbacks": [streaming]})
     assert streaming.tokens == streamed.tokens
@@ -381,7 +389,7 @@ def test_token_counts_use_the_local_tokenizer(tmp_path: Any,
 
     monkeypatch.setattr(SpecGuardEngine, "from_pretrained", classmethod(no_weights))
     tokenizer = build_tokenizer(tmp_path)
-    lazy = ChatSpecGuard(model=str(tmp_path), draft_model=str(tmp_path))
+    lazy = ChatSpecGuard(target=str(tmp_path), draft=str(tmp_path))
     assert lazy.get_token_ids(text) == tokenizer(text, add_special_tokens=False)["input_ids"]
 
 

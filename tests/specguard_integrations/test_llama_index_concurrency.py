@@ -33,7 +33,7 @@ def _key(response: ChatResponse) -> tuple[Any, ...]:
     steps = response.additional_kwargs["specguard"]["steps"]
     raw = response.raw or {}
     return (response.message.content, raw["usage"],
-            [(s["source"], s["token_ids"]) for s in steps])
+            [(s["source"], s["text"], s["tokens"]) for s in steps])
 
 
 def _messages(prompt: str) -> list[ChatMessage]:

@@ -69,10 +69,11 @@ def test_is_a_function_calling_llm_with_real_metadata(llm: SpecGuardLLM) -> None
 
 
 def test_metadata_follows_overrides(engine: SpecGuardEngine) -> None:
-    llm = SpecGuardLLM(engine=engine, max_new_tokens=64, context_window=2048, model_name="mine")
+    llm = SpecGuardLLM(engine=engine, max_tokens=64, context_window=2048, model_name="mine")
     assert (llm.metadata.num_output, llm.metadata.context_window) == (64, 2048)
     assert llm.metadata.model_name == "mine"
-    assert SpecGuardLLM(engine=engine, generate_kwargs={"max_new_tokens": 9}).metadata.num_output == 9
+    cfg = engine.config.merged(max_new_tokens=9)
+    assert SpecGuardLLM(engine=engine, config=cfg).metadata.num_output == 9
 
 
 def test_constructor_is_cheap_and_loads_once(monkeypatch: pytest.MonkeyPatch,
@@ -102,11 +103,13 @@ def test_constructor_errors() -> None:
     with pytest.raises(ValueError, match="engine=.*draft= and target="):
         SpecGuardLLM()
     with pytest.raises(ValueError, match="nonsense"):
-        SpecGuardLLM(draft="a", target="b", generate_kwargs={"nonsense": 1})
+        SpecGuardLLM(draft="a", target="b", nonsense=1)
+    with pytest.raises(ValueError, match="k"):
+        SpecGuardLLM(draft="a", target="b", k=0)
 
 
 def test_one_engine_backs_several_adapters(engine: SpecGuardEngine) -> None:
-    a, b = SpecGuardLLM(engine=engine), SpecGuardLLM(engine=engine, max_new_tokens=5)
+    a, b = SpecGuardLLM(engine=engine), SpecGuardLLM(engine=engine, max_tokens=5)
     assert a.engine is b.engine
     assert a.chat(HI).message.content == "Hello there.\n\nThe answer is 7."
     assert b.chat(HI).raw["finish_reason"] == "length"

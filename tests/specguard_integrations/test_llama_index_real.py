@@ -1,4 +1,5 @@
-"""`SpecGuardLLM` on the default real pair (opt-in: SPECGUARD_REAL_MODELS=1, models cached).
+"""`SpecGuardLLM` on the default real pair (opt-in: marker `real`, SPECGUARD_REAL_MODELS=1, the
+pair cached where `$SPECGUARD_CACHE` points; skipped otherwise).
 
 Slow on CPU (the 1.5B target writes ~5 tokens/s), so answers are kept short.
 """
@@ -24,8 +25,7 @@ pytestmark = [pytest.mark.real, pytest.mark.skipif(not HAVE_REAL, reason=REAL_RE
 
 @pytest.fixture(scope="module")
 def llm() -> SpecGuardLLM:
-    return SpecGuardLLM(engine=real_engine(), max_new_tokens=48,
-                        generate_kwargs={"k": 2, "temperature": 0.0})
+    return SpecGuardLLM(engine=real_engine(), max_tokens=48, k=2, temperature=0.0)
 
 
 def multiply(a: int, b: int) -> int:
@@ -44,7 +44,7 @@ def test_real_stream_chat_matches_chat(llm: SpecGuardLLM) -> None:
     assert "42" in (chunks[-1].message.content or "")
     steps = chunks[-1].additional_kwargs["specguard"]["steps"]
     assert len(chunks) == len(steps)
-    assert chunks[-1].raw["usage"]["completion_tokens"] == sum(len(s["token_ids"]) for s in steps)
+    assert chunks[-1].raw["usage"]["completion_tokens"] == sum(s["tokens"] for s in steps)
 
 
 def test_real_function_agent(llm: SpecGuardLLM) -> None:

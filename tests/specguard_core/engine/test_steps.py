@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from specguard_core.engine.steps import StepRules, segment, step_end, step_kind
 
 RULES = StepRules()
-BARE = RULES.with_tools(True)
+BARE = RULES.with_tools(["a", "b", "f", "x"])
 pieces = st.sampled_from(["\n\n", "\n", " ", "a", "Step 1.", "<think>", "</think>", "<tool_call>",
                           "</tool_call>", "{", "}", '"', "x\n\ny", '{"name": ', "```json\n", "```"])
 texts = st.lists(pieces, max_size=30).map("".join) | st.text(max_size=80)
@@ -93,3 +93,16 @@ def test_a_forgotten_closer_ends_the_block_with_its_json() -> None:
         assert step_end(partial, RULES) is None, partial
     assert step_end(call + "\n</tool_call>", RULES) == len(call) + len("\n</tool_call>")
     assert step_end(call + "\nT", RULES) == len(call)
+
+
+def test_bare_json_is_a_call_only_when_it_names_an_offered_tool() -> None:
+    rules = RULES.with_tools(["get_weather"])
+    call = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    answer = '{"name": "Bob", "age": 42}'
+    assert step_kind(call, False, rules)[0] == "tool_call"
+    assert step_kind(answer, False, rules)[0] == "answer"
+    # JSON naming no offered tool is prose: it ends at a delimiter, not where the object ends
+    assert segment(answer + " is Bob.\n\nNext", rules) == [answer + " is Bob.\n\n", "Next"]
+    assert step_end('{"name": "get_wea', rules) is None  # could still become a call: open
+    assert step_end('{"name": "Bo\n\n', rules) == len('{"name": "Bo\n\n')  # cannot: prose
+    assert step_kind(call, False, RULES)[0] == "answer"  # no tools offered

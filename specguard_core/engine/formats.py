@@ -1,0 +1,100 @@
+"""Response formats: what a request's answer must be (any JSON object, or JSON matching a schema),
+and the structural check of answer text against it.
+
+`ResponseFormat.of(...)` takes the forms callers pass (OpenAI's `{"type": "json_schema", ...}` and
+`{"type": "json_object"}`, `"json"`, or a JSON schema itself); `check_answer` is a pure function the
+verifier applies to each answer step, like the schema check of a tool call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+_FENCE_OPEN = re.compile(r"^```(?:json)?\s*")
+_NUMBER_START = re.compile(r"-?\d*\.?\d*(?:[eE][-+]?\d*)?")
+
+
+@dataclass(frozen=True)
+class ResponseFormat:
+    """The answer is one JSON object; when `schema` is set it must also validate against it."""
+
+    schema: dict[str, Any] | None = None
+    name: str = "response"
+
+    @classmethod
+    def of(cls, value: Any) -> ResponseFormat | None:
+        """None for no format (None, "text", `{"type": "text"}`); raises ValueError for a form it
+        does not know or an invalid schema."""
+        if value is None or value == "text" or value == {"type": "text"}:
+            return None
+        if isinstance(value, ResponseFormat):
+            return value
+        if value in ("json", "json_object") or value == {"type": "json_object"}:
+            return cls()
+        if not isinstance(value, dict):
+            raise ValueError(f"response_format must be 'json', a JSON schema or OpenAI's "
+                             f"{{'type': 'json_schema' | 'json_object', ...}}, not {value!r}")
+        if value.get("type") == "json_schema":
+            spec = value.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+                raise ValueError("response_format {'type': 'json_schema'} needs "
+                                 "'json_schema': {'name': ..., 'schema': {...}}")
+            schema, name = spec["schema"], str(spec.get("name") or "response")
+        else:
+            schema, name = value, str(value.get("title") or "response")
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as err:
+            raise ValueError(f"response_format has an invalid JSON schema: {err.message}") from None
+        return cls(schema, name)
+
+
+def _unfenced(text: str) -> str:
+    body = _FENCE_OPEN.sub("", text.strip(), count=1) if text.strip().startswith("```") else text
+    body = body.strip()
+    return body[:-3].rstrip() if body.endswith("```") else body
+
+
+def _cut_off(body: str, err: json.JSONDecodeError) -> bool:
+    """Whether the JSON error is only that the text ends too early."""
+    rest = body[err.pos:].strip()
+    return (err.pos >= len(body) or err.msg.startswith("Unterminated string")
+            or any(word.startswith(rest) for word in ("true", "false", "null"))
+            or _NUMBER_START.fullmatch(rest) is not None)
+
+
+def check_answer(answer: str, fmt: ResponseFormat, done: bool) -> str | None:
+    """Why `answer` (the answer text so far, this step included) breaks `fmt`, or None.
+
+    While the answer is not `done`, JSON cut off at the end is not an error (the next step may
+    finish it); prose, a value that is not an object, text after the object and a schema violation
+    always are.
+    """
+    body = _unfenced(answer)
+    if not body:
+        return "response_format asks for a JSON object, got no answer" if done else None
+    try:
+        value, end = json.JSONDecoder(strict=False).raw_decode(body)
+    except json.JSONDecodeError as err:
+        if not done and _cut_off(body, err):
+            return None
+        return f"response_format asks for JSON, got text that is not JSON: {err.msg}"
+    except RecursionError:
+        return "response_format asks for JSON, got JSON nested too deeply"
+    if body[end:].strip():
+        return "response_format asks for one JSON object, got text after it"
+    if not isinstance(value, dict):
+        return f"response_format asks for a JSON object, got {type(value).__name__}"
+    if fmt.schema is not None:
+        try:
+            jsonschema.validate(value, fmt.schema)
+        except jsonschema.ValidationError as err:
+            return f"answer does not match the response_format schema: {err.message}"
+        except jsonschema.exceptions.SchemaError as err:  # pragma: no cover - checked in `of`
+            return f"response_format schema error: {err.message}"
+    return None

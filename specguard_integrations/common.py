@@ -1,0 +1,179 @@
+"""What both adapters share, framework-free: the constructor vocabulary (names, deprecated
+aliases, unknown-argument errors), the per-call `SpecGuardConfig`, lazy loading with the loader
+options, and the model facts read from the pair's config files without loading weights.
+
+One vocabulary for `ChatSpecGuard` and `SpecGuardLLM`:
+
+- the pair: `engine=` (a ready `SpecGuardEngine`), or `draft=` and `target=` (`model=` is the
+  target, LangChain's standard name), loaded on first use;
+- the configuration: `config=SpecGuardConfig(...)` or `preset="paper" | "fast"` is the base of
+  every call (else the engine's own config), then the knob fields below, then per-call keywords;
+- knobs (LangChain's standard names): `temperature`, `max_tokens`, `top_p`, `stop`, `seed`,
+  `timeout`, and SpecGuard's `k`, `tau`, `beta`, `max_steps`;
+- loader options (used only when the adapter loads the pair): `device`, `dtype`, `device_map`,
+  `max_memory`, `revision`, `trust_remote_code` (False unless you opt in), `quantization_config`,
+  `engine_config`.
+
+An unknown constructor argument is an error that names the valid ones; renamed arguments
+(`draft_model`, `max_new_tokens`, `model_kwargs`, `generate_kwargs`) still work with a
+`DeprecationWarning`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from specguard_core.config import PRESETS, EngineConfig, SpecGuardConfig
+from specguard_core.config import preset as make_preset
+from specguard_core.models.registry import resolve
+
+KNOBS = ("temperature", "max_tokens", "top_p", "stop", "seed", "k", "tau", "beta", "max_steps")
+LOADER_OPTIONS = ("device", "dtype", "device_map", "max_memory", "revision", "trust_remote_code",
+                  "quantization_config", "engine_config")
+# deprecated name -> its replacement ("config": a dict of SpecGuardConfig overrides)
+RENAMED = {"draft_model": "draft", "max_new_tokens": "max_tokens",
+           "model_kwargs": "config", "generate_kwargs": "config"}
+
+
+def check_arguments(owner: str, data: Any, valid: Iterable[str],
+                    renamed: Mapping[str, str] = RENAMED) -> Any:
+    """`data` (constructor keywords) with deprecated names moved to their new ones (with a
+    DeprecationWarning); an unknown name is a ValueError that lists the valid ones."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    valid = set(valid)
+    for old, new in renamed.items():
+        if old not in data or old in valid:
+            continue
+        value = data.pop(old)
+        if new == "config":  # a dict of SpecGuardConfig overrides -> kept as `overrides`
+            warnings.warn(f"{owner}({old}=...) is deprecated; pass config=SpecGuardConfig(...) "
+                          "(or preset=) instead", DeprecationWarning, stacklevel=4)
+            data["overrides"] = {**data.get("overrides", {}), **(value or {})}
+            continue
+        warnings.warn(f"{owner}({old}=...) is deprecated; use {new}=", DeprecationWarning,
+                      stacklevel=4)
+        if data.get(new) is not None and data[new] != value:
+            raise ValueError(f"{owner} got both {old}= and {new}=; pass only {new}=")
+        data[new] = value
+    unknown = sorted(set(data) - valid - {"overrides"})  # "overrides": moved here above
+    if unknown:
+        in_config = [n for n in unknown if n in SpecGuardConfig.model_fields]
+        hint = (f" ({', '.join(in_config)}: pass config=SpecGuardConfig({in_config[0]}=...))"
+                if in_config else "")
+        raise ValueError(f"{owner} got unknown argument(s) {unknown}{hint}; valid arguments: "
+                         f"{sorted(n for n in valid if not n.startswith('_'))}")
+    return data
+
+
+def check_config_choice(config: SpecGuardConfig | None, preset: str | None) -> None:
+    if config is not None and preset is not None:
+        raise ValueError("pass either config= or preset=, not both")
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+
+
+def base_config(config: SpecGuardConfig | None, preset: str | None,
+                engine_default: SpecGuardConfig | None) -> SpecGuardConfig:
+    """The base of every call: `config`, else the preset, else the engine's own config."""
+    if config is not None:
+        return config
+    if preset is not None:
+        return make_preset(preset)
+    return engine_default or SpecGuardConfig()
+
+
+def knob_overrides(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """Adapter knob names as SpecGuardConfig fields (`max_tokens` -> `max_new_tokens`, `stop` as a
+    tuple); None values are left out."""
+    out = {("max_new_tokens" if k == "max_tokens" else k): v for k, v in knobs.items()
+           if v is not None}
+    if "stop" in out:
+        out["stop"] = tuple(out["stop"])
+    return out
+
+
+def request_config(base: SpecGuardConfig, *layers: Mapping[str, Any]) -> SpecGuardConfig:
+    """`base` with each layer of overrides applied in order (later wins), validated once."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged.update({k: v for k, v in layer.items() if v is not None})
+    return base.merged(**merged)
+
+
+def load_pair(draft: str, target: str, config: SpecGuardConfig, options: Mapping[str, Any]
+              ) -> Any:
+    """The engine for `draft` and `target`, loaded with the loader options."""
+    from specguard_core.engine.loop import SpecGuardEngine
+
+    opts = dict(options)
+    engine_config: EngineConfig | None = opts.pop("engine_config", None)
+    return SpecGuardEngine.from_pretrained(draft, target, config=config,
+                                           engine_config=engine_config, **opts)
+
+
+def local_folder(ref: str) -> Path | None:
+    """The local folder `ref` resolves to (a cached name, a path), None when it is not local."""
+    path = Path(resolve(ref)).expanduser()
+    if path.suffix == ".gguf":
+        return None
+    return path if path.is_dir() else None
+
+
+def context_window(ref: str, revision: str | None = None) -> int | None:
+    """The model's context window from its local config.json (no weights, no network)."""
+    folder = local_folder(ref)
+    if folder is None:
+        return None
+    try:
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(str(folder), local_files_only=True, revision=revision,
+                                         trust_remote_code=False)
+    except (OSError, ValueError):
+        return None
+    text_cfg = getattr(cfg, "get_text_config", lambda: cfg)()
+    window = getattr(text_cfg, "max_position_embeddings", None)
+    return int(window) if isinstance(window, int) else None
+
+
+def writes_reasoning(ref: str) -> bool:
+    """Whether the model's tokenizer declares a `<think>` token or its chat template mentions one
+    (read from the head of the local files: added tokens come first in tokenizer.json)."""
+    folder = local_folder(ref)
+    if folder is None:
+        return False
+    for name in ("tokenizer_config.json", "chat_template.jinja", "tokenizer.json"):
+        file = folder / name
+        if file.is_file():
+            with file.open("rb") as f:
+                if b"<think>" in f.read(1 << 18):
+                    return True
+    return False
+
+
+def profile(draft: str, target: str, engine: Any = None) -> dict[str, Any]:
+    """What LangChain's `profile` reports, from the loaded engine or the local config files."""
+    out: dict[str, Any] = {"tool_calling": True, "tool_choice": True, "structured_output": True,
+                           "tool_call_streaming": True, "text_inputs": True, "text_outputs": True,
+                           "image_inputs": False, "open_weights": True}
+    if engine is not None:
+        window: int | None = engine.context_window or None
+        vocab = engine.tokenizer.get_vocab()
+        out["reasoning_output"] = "<think>" in vocab
+    else:
+        windows = [w for w in (context_window(draft), context_window(target)) if w]
+        window = min(windows) if windows else None
+        out["reasoning_output"] = writes_reasoning(target)
+    if window:
+        out["max_input_tokens"] = window
+        out["max_output_tokens"] = window
+    return out
+
+
+def loader_kwargs(owner: Any) -> dict[str, Any]:
+    return {name: getattr(owner, name) for name in LOADER_OPTIONS}

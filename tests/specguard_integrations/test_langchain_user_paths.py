@@ -1,0 +1,229 @@
+"""What LangChain users hit first (issue 16), one regression test per item, on scripted engines:
+JSON answers are not tool calls, constructor arguments are never dropped, structured output is
+verified, `profile`, `parallel_tool_calls=False`, loader options, offline token counting."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import SummarizationMiddleware
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from pydantic import BaseModel
+
+from specguard_core import SpecGuardConfig, SpecGuardEngine
+from specguard_core.testing import scripted_engine
+from specguard_integrations.langchain import ChatSpecGuard
+
+CFG = SpecGuardConfig(k=1, temperature=0.0, max_new_tokens=200)
+BOB = '{"name": "Bob", "age": 42}'
+
+
+class Person(BaseModel):
+    """A person."""
+
+    name: str
+    age: int
+
+
+@tool
+def lookup_age(person: str) -> int:
+    """The age of a person."""
+    return 42 if person == "Bob" else 0
+
+
+def _turns(prompt: str) -> list[tuple[str, str]]:
+    return re.findall(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>", prompt, re.DOTALL)
+
+
+def _agent_script(sloppy: bool):  # type: ignore[no-untyped-def]
+    """Calls lookup_age first; after the result answers JSON (the sloppy draft leaves out the
+    required `age`)."""
+    def respond(prompt: str) -> str:
+        if "<tool_response>" in prompt:
+            return '{"name": "Bob"}' if sloppy else BOB
+        if "<tools>" in prompt:
+            return '<tool_call>\n{"name": "lookup_age", "arguments": {"person": "Bob"}}\n' \
+                   "</tool_call>"
+        return BOB
+    return respond
+
+
+# ---- item 1: a JSON answer with a "name" key is not a tool call --------------------------------
+def test_a_json_answer_naming_no_offered_tool_is_an_answer() -> None:
+    engine = scripted_engine(lambda p: BOB, config=CFG)
+    message = ChatSpecGuard(engine=engine).bind_tools([lookup_age]).invoke("Who is Bob?")
+    assert json.loads(str(message.content)) == {"name": "Bob", "age": 42}
+    assert message.tool_calls == [] and message.invalid_tool_calls == []
+    assert message.response_metadata["specguard_steps"][0]["kind"] == "answer"
+
+
+def test_a_bare_json_call_of_an_offered_tool_is_still_a_call() -> None:
+    call = '{"name": "lookup_age", "arguments": {"person": "Bob"}}'
+    engine = scripted_engine(lambda p: call, config=CFG)
+    message = ChatSpecGuard(engine=engine).bind_tools([lookup_age]).invoke("How old is Bob?")
+    assert [(c["name"], c["args"]) for c in message.tool_calls] == [("lookup_age",
+                                                                     {"person": "Bob"})]
+
+
+def test_no_bare_call_while_a_response_format_is_active() -> None:
+    # even JSON naming an offered tool is the answer when a response format asks for JSON
+    reply = '{"name": "lookup_age", "arguments": {"person": "Bob"}}'
+    engine = scripted_engine(lambda p: reply, config=CFG)
+    out = engine.generate("Describe the call as JSON.", tools=[{"type": "function", "function": {
+        "name": "lookup_age", "parameters": {"type": "object", "properties": {}}}}],
+        response_format="json")
+    assert out.tool_calls == [] and out.invalid_tool_calls == []
+    assert json.loads(out.text)["name"] == "lookup_age"
+
+
+# ---- item 2: no constructor argument is dropped -------------------------------------------------
+def test_unknown_constructor_arguments_are_errors_naming_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown argument\(s\) \['top_k'\].*max_tokens"):
+        ChatSpecGuard(top_k=5)
+    with pytest.raises(ValueError, match=r"fallback: pass config=SpecGuardConfig"):
+        ChatSpecGuard(fallback="sample")
+
+
+def test_renamed_arguments_warn_and_still_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = scripted_engine(lambda p: "Hi.", config=CFG)
+    with pytest.warns(DeprecationWarning, match="max_new_tokens"):
+        model = ChatSpecGuard(engine=engine, max_new_tokens=7)
+    assert model.max_tokens == 7 and model._config(engine, {}).max_new_tokens == 7
+    with pytest.warns(DeprecationWarning, match="model_kwargs"):
+        model = ChatSpecGuard(engine=engine, model_kwargs={"max_step_tokens": 9})
+    assert model._config(engine, {}).max_step_tokens == 9
+    with pytest.warns(DeprecationWarning, match="get_engine"):
+        assert model.get_engine() is model.engine is engine
+
+
+def test_draft_target_and_loader_options_reach_the_loader(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    seen: list[tuple[str, str, dict[str, Any]]] = []
+
+    def fake(cls: type, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
+        seen.append((draft, target, kwargs))
+        return scripted_engine(lambda p: "Hi.", config=CFG)
+
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained", classmethod(fake))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the current names warn about nothing
+        model = ChatSpecGuard(draft="org/d", target="org/t", device_map="auto",
+                              max_memory={0: "10GiB"}, revision="main", dtype="bfloat16",
+                              preset="paper")
+    assert model.model == "org/t" and model.target == "org/t" and seen == []
+    model.invoke("Hello")
+    ((draft, target, kwargs),) = seen
+    assert (draft, target) == ("org/d", "org/t")
+    assert {k: kwargs[k] for k in ("device_map", "max_memory", "revision", "dtype",
+                                   "trust_remote_code")} == {
+        "device_map": "auto", "max_memory": {0: "10GiB"}, "revision": "main",
+        "dtype": "bfloat16", "trust_remote_code": False}
+    assert kwargs["config"].k == 16  # the preset
+
+
+def test_preset_applies_to_an_injected_engine_too() -> None:
+    engine = scripted_engine(lambda p: "Hi.", config=CFG)
+    assert ChatSpecGuard(engine=engine, preset="paper")._config(engine, {}).k == 16
+    assert ChatSpecGuard(engine=engine)._config(engine, {}).k == CFG.k
+
+
+# ---- item 3: json_schema / json_mode answers are verified ----------------------------------------
+def test_json_schema_answers_are_verified_and_rewritten_by_the_target() -> None:
+    engine = scripted_engine(lambda p: BOB, lambda p: '{"name": "Bob"}', config=CFG)
+    model = ChatSpecGuard(engine=engine)
+    raw = model.with_structured_output(Person, method="json_schema",
+                                       include_raw=True).invoke("Who is Bob?")
+    assert raw["parsed"] == Person(name="Bob", age=42)  # type: ignore[index]
+    (step,) = raw["raw"].response_metadata["specguard_steps"]  # type: ignore[index]
+    assert (step["source"], step["accepted"]) == ("target", False)
+    assert "'age' is a required property" in step["rejected_reason"]
+    # without a response format the same confident draft answer is kept
+    plain = model.invoke("Who is Bob?")
+    assert plain.content == '{"name": "Bob"}'
+
+
+def test_json_mode_rejects_a_draft_answer_that_is_not_json() -> None:
+    engine = scripted_engine(lambda p: BOB, lambda p: "Bob is 42.", config=CFG)
+    parsed = ChatSpecGuard(engine=engine).with_structured_output(
+        None, method="json_mode").invoke("Who is Bob? Reply in JSON.")
+    assert parsed == {"name": "Bob", "age": 42}
+
+
+def test_a_langgraph_agent_with_tools_and_a_pydantic_response_format() -> None:
+    engine = scripted_engine(_agent_script(False), _agent_script(True), config=CFG)
+    model = ChatSpecGuard(engine=engine)
+    assert model.profile and model.profile["structured_output"]  # so the agent asks natively
+    agent = create_agent(model, tools=[lookup_age], response_format=Person)
+    state = agent.invoke({"messages": [HumanMessage("How old is Bob?")]})
+    assert state["structured_response"] == Person(name="Bob", age=42)
+    tool_results = [m for m in state["messages"] if m.type == "tool"]
+    assert [m.content for m in tool_results] == ["42"]
+    final = [m for m in state["messages"] if m.type == "ai"][-1]
+    (step,) = final.response_metadata["specguard_steps"]
+    assert step["source"] == "target"  # the draft's answer lacked "age" and was rewritten
+
+
+# ---- item 5: profile from the models' configs, without loading weights --------------------------
+def test_profile_comes_from_local_configs_without_loading(pair_dirs: tuple[Path, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_weights(*args: Any, **kwargs: Any) -> SpecGuardEngine:
+        raise AssertionError("the profile must not load the models")
+
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained", classmethod(no_weights))
+    draft, target = pair_dirs
+    model = ChatSpecGuard(draft=str(draft), target=str(target))
+    assert model.profile is not None
+    assert (model.profile["max_input_tokens"], model.profile["max_output_tokens"]) == (512, 512)
+    assert all(model.profile[k] for k in ("tool_calling", "tool_choice", "structured_output"))
+    assert model.profile["reasoning_output"] is True  # the tokenizer declares <think>
+    SummarizationMiddleware(model=model, trigger=("fraction", 0.8))  # accepted now
+
+
+def test_profile_of_an_injected_engine_and_of_an_uncached_pair() -> None:
+    engine = scripted_engine(lambda p: "Hi.", config=CFG)
+    assert ChatSpecGuard(engine=engine).profile["max_input_tokens"] == engine.context_window  # type: ignore[index]
+    uncached = ChatSpecGuard(draft="nobody/draft", target="nobody/target")
+    assert uncached.profile is not None and "max_input_tokens" not in uncached.profile
+
+
+# ---- item 7: parallel_tool_calls=False ----------------------------------------------------------
+def test_parallel_tool_calls_false_keeps_one_call() -> None:
+    two = ('<tool_call>\n{"name": "lookup_age", "arguments": {"person": "Bob"}}\n</tool_call>\n'
+           '<tool_call>\n{"name": "lookup_age", "arguments": {"person": "Ann"}}\n</tool_call>')
+    engine = scripted_engine(lambda p: two, config=CFG)
+    model = ChatSpecGuard(engine=engine)
+    both = model.bind_tools([lookup_age]).invoke("Ages of Bob and Ann?")
+    assert [c["args"]["person"] for c in both.tool_calls] == ["Bob", "Ann"]
+    bound = model.bind_tools([lookup_age], parallel_tool_calls=False)
+    one = bound.invoke("Ages of Bob and Ann?")
+    assert [c["args"]["person"] for c in one.tool_calls] == ["Bob"]
+    streamed = [c for chunk in bound.stream("Ages of Bob and Ann?")
+                for c in chunk.tool_call_chunks]  # type: ignore[attr-defined]
+    assert [json.loads(c["args"])["person"] for c in streamed] == ["Bob"]
+
+
+# ---- issue 17 item 9: token counting never reaches the hub --------------------------------------
+def test_token_counting_of_an_uncached_pair_is_a_clear_error_not_a_download() -> None:
+    model = ChatSpecGuard(draft="nobody/draft", target="nobody/target")
+    with pytest.raises(ValueError, match="not available locally"):
+        model.get_token_ids("hello")
+    counted = ChatSpecGuard(draft="nobody/draft", target="nobody/target",
+                            custom_get_token_ids=lambda text: [1] * len(text.split()))
+    assert counted.get_num_tokens("two words") == 2
+
+
+def test_smaller_steps_for_chat_streaming() -> None:
+    """The README's chat-friendly option: one chunk per line instead of per paragraph."""
+    engine = scripted_engine(lambda p: "Line one.\nLine two.\n\nLine three.", config=CFG)
+    model = ChatSpecGuard(engine=engine)
+    texts = [c.content for c in model.stream("Write three lines.")][:-1]
+    assert texts == ["Line one.\nLine two.\n\n", "Line three."]
+    lines = [c.content for c in model.stream("Write three lines.", step_delimiters=("\n",))][:-1]
+    assert lines == ["Line one.\n", "Line two.\n", "\nLine three."]
