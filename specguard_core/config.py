@@ -150,17 +150,23 @@ PRESETS: dict[str, dict[str, Any]] = {
     # k-sample target fallback with the same selector
     "paper": dict(k=16, temperature=0.7, top_p=0.8, beta=0.3, tau=0.7, fallback="sample",
                   fallback_k=16),
-    # latency-first: few candidates, greedy single-sample target fallback
-    "fast": dict(k=2, temperature=0.7, top_p=0.8, beta=0.3, tau=0.6, fallback="greedy",
-                 fallback_k=1),
+    # hold the target's accuracy at the lowest latency: one greedy draft candidate, confidence only
+    # (no attention capture), every step checked by one target pass (typical acceptance), rejected
+    # steps finished by the speculative fallback. See README "Presets" for how it was chosen.
+    "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, tau_accept=math.inf,
+                     tau_reject=-math.inf, fallback="speculative", fallback_k=1),
+    # latency-first: confident draft steps are kept without the target, the rest go through the
+    # speculative fallback (never slower than the target writing the step)
+    "fast": dict(k=1, temperature=0.0, beta=1.0, tau=0.9, fallback="speculative", fallback_k=1),
 }
 
 
 def preset(name: str, **overrides: Any) -> SpecGuardConfig:
-    """The named preset (`paper` or `fast`) with overrides applied."""
+    """The named preset (`paper`, `balanced` or `fast`) with overrides applied."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-    return SpecGuardConfig().merged(**{**PRESETS[name], **overrides})
+    base = SpecGuardConfig().merged(**PRESETS[name])
+    return base.merged(**overrides) if overrides else base
 
 
 _SPECIAL_FLOATS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf}

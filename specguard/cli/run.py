@@ -19,7 +19,7 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument("question", help="the question (sent as one user message)")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model (default %(default)s)")
     p.add_argument("--target", default=DEFAULT_TARGET, help="target model (default %(default)s)")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="fast")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="balanced")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
     p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16",
                                                            "float32"])
