@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -237,6 +238,8 @@ class SpecGuardEngine:
                     if typical_accept(tpass.logits, self._checked_ids(draft_step, tpass),
                                       cfg.typical_eps, cfg.typical_delta):
                         path = "target-checked"
+                    else:
+                        verdict = replace(verdict, reason="the target's check failed")
             if path is not None:
                 step = self._keep(req, proposal, pick, tpass, verdict, kind, path)
             else:
