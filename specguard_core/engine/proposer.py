@@ -156,15 +156,17 @@ def sample_with_probs(logits: torch.Tensor, temperature: float, top_p: float,
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """`[k, V] -> ([k] tokens, [k] their probability under the sampling distribution)`.
 
-    Sorting a 150k vocabulary costs more than a small model's decode step on a CPU, so the nucleus
-    is taken from the `shortlist` most likely tokens, with their exact probabilities; rows whose
-    shortlist holds less than `top_p` of the mass fall back to the full sort (same distribution).
+    Sorting a 150k vocabulary costs more than a small model's decode step on a CPU, so there the
+    nucleus is taken from the `shortlist` most likely tokens, with their exact probabilities; rows
+    whose shortlist holds less than `top_p` of the mass fall back to the full sort (same
+    distribution). On an accelerator the full sort is cheap and the check would be a host sync, so
+    it always sorts.
     """
     if temperature == 0:
         tokens = logits.argmax(dim=-1)
         return tokens, torch.ones(tokens.shape, device=logits.device)
     scaled = logits / temperature
-    if shortlist < scaled.shape[-1]:
+    if shortlist < scaled.shape[-1] and scaled.device.type == "cpu":
         values, order = scaled.topk(shortlist, dim=-1)  # [k, K], sorted descending
         probs = (values - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
         if bool((probs.sum(dim=-1) >= top_p).all()):
