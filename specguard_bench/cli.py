@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specguard_bench.data import DATASETS
+from specguard_bench.data import DATASETS, DEFAULT_MAX_NEW_TOKENS, FILE_MAX_NEW_TOKENS
 from specguard_bench.methods import METHODS
 from specguard_core.config import PRESETS, parse_sets, parse_value  # noqa: F401 (re-exported)
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -58,7 +58,8 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="draft and target have different tokenizers (steps cross between them as text)",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=700, help="default %(default)s")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="default: 700 for gsm8k, 800 for math500 and --dataset-file")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument(
@@ -80,6 +81,9 @@ def add_bench_parser(
         "results.jsonl (resumable), summary.json, results.md and results.png to --out.",
     )
     p.add_argument("--dataset", choices=sorted(DATASETS), default="gsm8k")
+    p.add_argument("--dataset-file", type=Path, default=None, metavar="PATH",
+                   help="a JSONL of your own problems (GSM8K question/answer or MATH "
+                   "problem/answer fields) instead of --dataset")
     p.add_argument("--n", type=int, default=20, help="number of problems")
     p.add_argument("--offset", type=int, default=0, help="index of the first problem")
     p.add_argument(
@@ -151,6 +155,15 @@ def add_calibrate_parser(
     return p
 
 
+def _max_new_tokens(args: argparse.Namespace) -> int:
+    """--max-new-tokens, else the dataset's default cap."""
+    if args.max_new_tokens is not None:
+        return int(args.max_new_tokens)
+    if getattr(args, "dataset_file", None) is not None:
+        return FILE_MAX_NEW_TOKENS
+    return DEFAULT_MAX_NEW_TOKENS.get(args.dataset, FILE_MAX_NEW_TOKENS)
+
+
 def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
     from specguard_bench.harness import BenchSettings, run_bench
 
@@ -163,7 +176,8 @@ def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
             seed=args.seed,
             methods=tuple(args.methods),
             sets=sets,
-            max_new_tokens=args.max_new_tokens,
+            max_new_tokens=_max_new_tokens(args),
+            dataset_file=args.dataset_file,
             draft=args.draft,
             target=args.target,
             device=args.device,
@@ -237,7 +251,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 preset=args.preset,
                 sets=parse_sets(args.sets),
-                max_new_tokens=args.max_new_tokens,
+                max_new_tokens=_max_new_tokens(args),
                 draft=args.draft,
                 target=args.target,
                 device=args.device,

@@ -24,7 +24,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from specguard_bench.answers import grade
-from specguard_bench.data import Problem, load_problems, messages_for
+from specguard_bench.data import Problem, load_file, load_problems, messages_for
 from specguard_bench.methods import METHODS, check_methods, preset_of, run_method, specguard_config
 from specguard_bench.metrics import ProblemRow, markdown_table, specguard_fields, summarize
 from specguard_bench.store import RESULTS, append_row, check_resume, load_rows, pending_pairs
@@ -64,6 +64,7 @@ class BenchSettings(PairSettings):
     max_new_tokens: int = 700
     bounds_path: Path | None = None
     warmup: bool = True
+    dataset_file: Path | None = None  # a JSONL of your own problems instead of `dataset`
 
     def fingerprint(self, bounds: NormBounds | None) -> dict[str, Any]:
         """The settings that change a (problem, method) result; resuming requires equality.
@@ -213,7 +214,8 @@ def build_summary(
     return {
         "settings": {
             **settings.fingerprint(bounds),
-            "dataset": settings.dataset,
+            "dataset": settings.dataset_file.stem if settings.dataset_file else settings.dataset,
+            "dataset_file": str(settings.dataset_file) if settings.dataset_file else None,
             "n": settings.n,
             "offset": settings.offset,
             "methods": list(settings.methods),
@@ -266,7 +268,9 @@ def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
     other settings, ValueError for bad dataset/method names.
     """
     methods = check_methods(settings.methods)
-    problems = load_problems(settings.dataset, settings.n, settings.offset)
+    problems = (load_file(settings.dataset_file, settings.n, settings.offset)
+                if settings.dataset_file else load_problems(settings.dataset, settings.n,
+                                                             settings.offset))
     bounds = NormBounds.load(settings.bounds_path) if settings.bounds_path else None
     out_dir = settings.out_dir
     check_resume(out_dir, settings.fingerprint(bounds))

@@ -4,8 +4,11 @@
 - `token-sd`: token-level speculative decoding, transformers' assisted generation
   (`target.generate(..., assistant_model=draft)`), greedy, so its output equals `target`'s up to
   kernel rounding.
-- `specguard-paper`, `specguard-fast`: `engine.generate` with the named preset, then the user's
-  `--set` overrides (global `key=value`, or `paper.key=value` / `fast.key=value` for one preset).
+- `specguard-paper`, `specguard-balanced`, `specguard-fast`: `engine.generate` with the named
+  preset, then the user's `--set` overrides (global `key=value`, or `paper.key=value` /
+  `balanced.key=value` / `fast.key=value` for one preset).
+- `specguard-paper-sd`: the paper preset with the speculative fallback (`fallback="speculative"`)
+  instead of its k-sample fallback; `paper.key=value` overrides apply to it too.
 
 Latency is wall-clock around everything a caller would do for one answer: templating the prompt,
 generation, decoding (CUDA is synchronised before the clock stops).
@@ -24,7 +27,12 @@ from specguard_core.types import GenerationResult
 if TYPE_CHECKING:  # torch and transformers load only when a method runs (`specguard --help` stays fast)
     from transformers import GenerationConfig
 
-METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-paper", "specguard-fast")
+METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-paper", "specguard-paper-sd",
+                             "specguard-balanced", "specguard-fast")
+# method variants: a preset with fixed changes (applied before the user's overrides)
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "paper-sd": ("paper", {"fallback": "speculative"}),
+}
 
 
 @dataclass
@@ -73,13 +81,16 @@ def specguard_config(
 ) -> SpecGuardConfig:
     """The full, validated config a SpecGuard method runs with: `base` (the engine's config), the
     preset, the `--set` overrides, `max_new_tokens` and, if given, the calibrated `bounds`."""
-    preset = preset_of(method)
+    name = preset_of(method)
+    preset, fixed = VARIANTS.get(name or "", (name, {}))
     if preset is None or preset not in PRESETS:
         raise ValueError(f"{method} is not a SpecGuard preset method")
     extra: dict[str, Any] = {"max_new_tokens": max_new_tokens}
     if bounds is not None:
         extra["bounds"] = bounds
-    return base.merged(**{**PRESETS[preset], **split_overrides(sets, preset), **extra})
+    # the preset first, so an override of `tau` alone resets its tau_accept/tau_reject
+    return base.merged(**PRESETS[preset]).merged(**fixed).merged(
+        **{**split_overrides(sets, preset), **extra})
 
 
 def greedy_config(

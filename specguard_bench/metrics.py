@@ -63,6 +63,11 @@ class ProblemRow:
     target_tokens: int | None = None
     prefilled_draft: int | None = None
     prefilled_target: int | None = None
+    kept_steps: int | None = None
+    checked_steps: int | None = None
+    regenerated_steps: int | None = None  # the draft's step not kept whole (either fallback)
+    target_forwards: int | None = None
+    draft_wasted: int | None = None
     phase_s: dict[str, float] = field(default_factory=dict)
     ideal_latency_s: float | None = None
     step_trace: list[dict[str, Any]] | None = None  # one `step_entry` per committed step
@@ -95,6 +100,11 @@ def specguard_fields(result: GenerationResult) -> dict[str, Any]:
         target_tokens=stats.target_tokens,
         prefilled_draft=stats.draft.prefilled,
         prefilled_target=stats.target.prefilled,
+        kept_steps=stats.steps_kept,
+        checked_steps=stats.steps_target_checked,
+        regenerated_steps=stats.steps_regenerated,
+        target_forwards=stats.target.forward_calls,
+        draft_wasted=stats.draft_tokens_wasted,
         phase_s=dict(stats.phase_time_s),
         ideal_latency_s=ideal_latency(steps),
         step_trace=[step_entry(s) for s in steps],
@@ -140,6 +150,11 @@ class MethodSummary:
     prefilled_draft_mean: float | None
     prefilled_target_mean: float | None
     measured_over_ideal: float | None
+    kept_steps: float | None = None  # totals over the rows
+    checked_steps: float | None = None
+    regenerated_steps: float | None = None
+    tokens_per_target_forward: float | None = None
+    draft_wasted_mean: float | None = None
     acceptance_by_step: list[list[int]] | None = None  # [accepted, scored] per step index
     speedup_vs_target: float | None = None
     speedup_vs_token_sd: float | None = None
@@ -208,7 +223,24 @@ def summarize_method(method: str, rows: Sequence[ProblemRow]) -> MethodSummary:
         prefilled_target_mean=_mean_opt(r.prefilled_target for r in rows),
         measured_over_ideal=_ratio(total_lat, ideal) if ideal is not None else None,
         acceptance_by_step=acceptance_by_step(rows),
+        kept_steps=_sum_opt(r.kept_steps for r in rows),
+        checked_steps=_sum_opt(r.checked_steps for r in rows),
+        regenerated_steps=_sum_opt(r.regenerated_steps for r in rows),
+        tokens_per_target_forward=_tokens_per_target_forward(method, rows),
+        draft_wasted_mean=_mean_opt(r.draft_wasted for r in rows),
     )
+
+
+def _tokens_per_target_forward(method: str, rows: Sequence[ProblemRow]) -> float | None:
+    """Output tokens per target forward pass: 1 for the target alone (one pass per token, the
+    prompt's included), unknown for token-sd (transformers does not report it), None for the
+    draft alone."""
+    if method == "target":
+        return 1.0
+    forwards = _sum_opt(r.target_forwards for r in rows)
+    if forwards is None:
+        return None
+    return _ratio(sum(r.new_tokens for r in rows if r.target_forwards is not None), forwards)
 
 
 def speedup(rows: Sequence[ProblemRow], method: str, baseline: str) -> float | None:
@@ -243,12 +275,17 @@ def fmt_cell(value: float | None, spec: str, suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}"
 
 
+def _paths(s: MethodSummary) -> str:
+    counts = (s.kept_steps, s.checked_steps, s.regenerated_steps)
+    return "–" if None in counts else "/".join(f"{c:.0f}" for c in counts if c is not None)
+
+
 def markdown_table(summaries: Mapping[str, MethodSummary]) -> str:
     """The summaries as a GitHub markdown table (one row per method)."""
     head = (
         "| method | accuracy | median s | mean s | tok/s | vs target | vs token-sd | "
         "target steps | target tokens | acceptance | select+score | prefilled draft/target | "
-        "measured/ideal | truncated |"
+        "measured/ideal | kept/checked/regen steps | tok/target fwd | draft wasted | truncated |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for s in summaries.values():
@@ -260,6 +297,8 @@ def markdown_table(summaries: Mapping[str, MethodSummary]) -> str:
             f"{fmt_cell(s.speedup_vs_token_sd, '.2f', 'x')} | "
             f"{fmt_cell(s.target_step_fraction, '.1%')} | {fmt_cell(s.target_token_fraction, '.1%')} | "
             f"{fmt_cell(s.acceptance_rate, '.1%')} | {fmt_cell(s.overhead_share, '.1%')} | {prefilled} | "
-            f"{fmt_cell(s.measured_over_ideal, '.2f', 'x')} | {s.truncated} |"
+            f"{fmt_cell(s.measured_over_ideal, '.2f', 'x')} | {_paths(s)} | "
+            f"{fmt_cell(s.tokens_per_target_forward, '.2f')} | {fmt_cell(s.draft_wasted_mean, '.0f')} | "
+            f"{s.truncated} |"
         )
     return "\n".join(lines) + "\n"

@@ -90,8 +90,22 @@ class SpecGuardConfig(BaseModel):
     sentence_transformer: str | None = None
     scoring_model: Literal["draft", "target"] = "draft"
     # fall back
-    fallback: Literal["greedy", "sample"] = "greedy"
+    fallback: Literal["greedy", "sample", "speculative"] = Field(
+        "greedy", description="who writes a rejected step: the target greedily or as fallback_k "
+        "samples (regenerated), or speculative: the target verifies the draft's step in one pass, "
+        "keeps the agreeing prefix and finishes the step with draft-assisted decoding")
     fallback_k: int = Field(1, ge=1, le=64)
+    # three-way decision and the speculative fallback (`tau` alone: the paper's two-way rule)
+    tau_accept: float | None = Field(None, description="keep without the target iff r >= "
+                                     "tau_accept (None: tau)")
+    tau_reject: float | None = Field(None, description="straight to the fallback iff r < "
+                                     "tau_reject (None: tau); in between the target checks the step")
+    typical_eps: float = Field(0.09, ge=0.0, le=1.0, description="target check: each token needs "
+                               "p >= min(typical_eps, typical_delta * exp(-H))")
+    typical_delta: float = Field(0.3, ge=0.0)
+    sd_draft_tokens: int = Field(5, ge=1, le=64, description="speculative fallback: tokens the "
+                                 "draft proposes per target pass at first (+2 if all kept, -1 if not)")
+    sd_max_draft_tokens: int = Field(16, ge=1, le=64)
     # stop
     max_new_tokens: int = Field(512, ge=1)
     max_steps: int = Field(64, ge=1)
@@ -123,9 +137,21 @@ class SpecGuardConfig(BaseModel):
                              "everywhere); pass stop=() for none")
         if math.isnan(self.tau):
             raise ValueError("tau must be a number (use inf/-inf to always reject/accept)")
+        if any(t is not None and math.isnan(t) for t in (self.tau_accept, self.tau_reject)):
+            raise ValueError("tau_accept/tau_reject must be numbers (inf/-inf allowed) or None")
+        accept_at, reject_below = self.thresholds
+        if reject_below > accept_at:
+            raise ValueError(f"tau_reject ({reject_below}) must be <= tau_accept ({accept_at}); set "
+                             "both (an unset one follows tau)")
         if self.selector == "sentence-transformer" and not self.sentence_transformer:
             raise ValueError("selector='sentence-transformer' needs sentence_transformer=<path>")
         return self
+
+    @property
+    def thresholds(self) -> tuple[float, float]:
+        """(tau_accept, tau_reject) with unset ones following `tau`."""
+        return (self.tau if self.tau_accept is None else self.tau_accept,
+                self.tau if self.tau_reject is None else self.tau_reject)
 
     def merged(self, **overrides: Any) -> SpecGuardConfig:
         """A validated copy with `overrides` applied (None values are ignored); `self` when there
@@ -142,7 +168,10 @@ class SpecGuardConfig(BaseModel):
         if unknown:
             raise ValueError(f"unknown SpecGuardConfig field(s) {unknown}; valid: "
                              f"{sorted(SpecGuardConfig.model_fields)}")
-        return SpecGuardConfig.model_validate({**self.model_dump(), **overrides})
+        base = self.model_dump()
+        if "tau" in overrides:  # tau alone means the two-way rule at tau: both thresholds follow it
+            base.update(tau_accept=None, tau_reject=None)
+        return SpecGuardConfig.model_validate({**base, **overrides})
 
 
 class EngineConfig(BaseModel):
@@ -159,17 +188,23 @@ PRESETS: dict[str, dict[str, Any]] = {
     # k-sample target fallback with the same selector
     "paper": dict(k=16, temperature=0.7, top_p=0.8, beta=0.3, tau=0.7, fallback="sample",
                   fallback_k=16),
-    # latency-first: few candidates, greedy single-sample target fallback
-    "fast": dict(k=2, temperature=0.7, top_p=0.8, beta=0.3, tau=0.6, fallback="greedy",
-                 fallback_k=1),
+    # hold the target's accuracy at the lowest latency: one greedy draft candidate, confidence only
+    # (no attention capture), every step checked by one target pass (typical acceptance), rejected
+    # steps finished by the speculative fallback. See README "Presets" for how it was chosen.
+    "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, tau_accept=math.inf,
+                     tau_reject=-math.inf, fallback="speculative", fallback_k=1),
+    # latency-first: confident draft steps are kept without the target, the rest go through the
+    # speculative fallback (never slower than the target writing the step)
+    "fast": dict(k=1, temperature=0.0, beta=1.0, tau=0.9, fallback="speculative", fallback_k=1),
 }
 
 
 def preset(name: str, **overrides: Any) -> SpecGuardConfig:
-    """The named preset (`paper` or `fast`) with overrides applied."""
+    """The named preset (`paper`, `balanced` or `fast`) with overrides applied."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-    return SpecGuardConfig().merged(**{**PRESETS[name], **overrides})
+    base = SpecGuardConfig().merged(**PRESETS[name])
+    return base.merged(**overrides) if overrides else base
 
 
 _SPECIAL_FLOATS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf}

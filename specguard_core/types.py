@@ -10,6 +10,10 @@ from typing import Any, Literal
 
 StepSource = Literal["draft", "target"]
 StepKind = Literal["reasoning", "answer", "tool_call"]
+# kept: the draft's step on its score alone; target-checked: the draft's step after the target's
+# one-pass check; target-verified: the target kept a prefix of the draft's step and finished it with
+# draft-assisted decoding; regenerated: the target wrote the step (the greedy/sample fallbacks)
+StepPath = Literal["kept", "target-checked", "target-verified", "regenerated"]
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,12 @@ class StepRecord:
     `confidence`, `grounding` and `score` are the draft's signals for the *proposed* draft step
     (None when no draft step was scored, e.g. a forced tool-call step; `grounding` is also None when
     `beta == 1`, where it has no weight and attention is not captured). `accepted` says whether that
-    draft step was kept; when it is False, `source` is "target" and `text` is the target's step.
+    draft step was kept whole; when it is False, `source` is "target" and `text` is the step the
+    target wrote or verified. `path` says how the step was made; `verified_prefix` is how many of
+    the draft step's tokens the target verified and kept (target-verified); `draft_written` /
+    `target_written` split the step's tokens by the model that produced them (draft tokens the target
+    verified count as the draft's); `target_passes` counts the target's forward passes in this step;
+    `draft_wasted` the draft's tokens generated and not committed (all candidate rows included).
     """
 
     index: int
@@ -56,6 +65,12 @@ class StepRecord:
     rejected_reason: str | None = None
     draft_text: str | None = None
     phase_s: dict[str, float] = field(default_factory=dict)
+    path: StepPath = "kept"
+    verified_prefix: int = 0
+    draft_written: int = 0
+    target_written: int = 0
+    target_passes: int = 0
+    draft_wasted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,8 +79,11 @@ class StepRecord:
         """The step as every consumer reports it (both adapters' metadata, the bench's stored
         traces, the CLI's JSON): one schema, JSON-serialisable, keyed by `index`."""
         return {
-            "index": self.index, "source": self.source, "kind": self.kind,
-            "accepted": self.accepted, "score": self.score, "confidence": self.confidence,
+            "index": self.index, "source": self.source, "kind": self.kind, "path": self.path,
+            "accepted": self.accepted, "verified_prefix": self.verified_prefix,
+            "draft_written": self.draft_written, "target_written": self.target_written,
+            "target_passes": self.target_passes, "draft_wasted": self.draft_wasted,
+            "score": self.score, "confidence": self.confidence,
             "grounding": self.grounding, "tokens": len(self.token_ids),
             "n_candidates": self.n_candidates, "latency_s": self.latency_s,
             "phase_s": dict(self.phase_s), "rejected_reason": self.rejected_reason,
@@ -86,10 +104,14 @@ class Usage:
 @dataclass
 class ModelCounters:
     """Tokens one model encoded during a run: `prefilled` were fed in multi-token passes (prompt and
-    catch-up), `decoded` were fed one position at a time (summed over the batch rows)."""
+    catch-up), `decoded` were fed one position at a time (summed over the batch rows), `tentative`
+    in verification passes. Invariant for a model that never forked: prefilled + decoded +
+    tentative - discarded is the length of its cache."""
 
     prefilled: int = 0
     decoded: int = 0
+    tentative: int = 0  # fed in verification passes, before the keep/discard decision
+    discarded: int = 0  # cache positions rolled back (rejected rows and tokens)
     forward_calls: int = 0
 
 
@@ -97,13 +119,32 @@ class ModelCounters:
 class RunStats:
     wall_time_s: float = 0.0
     phase_time_s: dict[str, float] = field(default_factory=dict)
+    """Counts over a run. `steps_accepted` = `steps_kept` + `steps_target_checked` (draft steps
+    committed whole); `steps_regenerated` counts scored steps whose draft step was not kept whole,
+    of which `steps_target_verified` went through the speculative fallback. `draft_tokens` /
+    `target_tokens` split the output by the model that wrote it."""
+
     steps: int = 0
     steps_accepted: int = 0
     steps_regenerated: int = 0
+    steps_kept: int = 0
+    steps_target_checked: int = 0
+    steps_target_verified: int = 0
     draft_tokens: int = 0
     target_tokens: int = 0
+    draft_tokens_wasted: int = 0
     draft: ModelCounters = field(default_factory=ModelCounters)
     target: ModelCounters = field(default_factory=ModelCounters)
+
+    @property
+    def target_forward_passes(self) -> int:
+        return self.target.forward_calls
+
+    @property
+    def tokens_per_target_forward(self) -> float | None:
+        """Output tokens per target forward pass (None when the target never ran)."""
+        calls = self.target.forward_calls
+        return (self.draft_tokens + self.target_tokens) / calls if calls else None
 
     @property
     def acceptance_rate(self) -> float:
@@ -122,6 +163,8 @@ class RunStats:
         out = asdict(self)
         out["acceptance_rate"] = self.acceptance_rate
         out["target_token_fraction"] = self.target_token_fraction
+        out["target_forward_passes"] = self.target_forward_passes
+        out["tokens_per_target_forward"] = self.tokens_per_target_forward
         return out
 
 

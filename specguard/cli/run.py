@@ -19,7 +19,7 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument("question", help="the question (sent as one user message)")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model (default %(default)s)")
     p.add_argument("--target", default=DEFAULT_TARGET, help="target model (default %(default)s)")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="fast")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="balanced")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
     p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16",
                                                            "float32"])
@@ -81,7 +81,8 @@ def _config(args: argparse.Namespace) -> SpecGuardConfig:
 
 def _print_step(console: Any, step: StepRecord) -> None:
     color = "green" if step.source == "draft" else "magenta"
-    label = "draft kept " if step.source == "draft" else "target regen"
+    label = {"kept": "draft kept ", "target-checked": "draft checked", "target-verified":
+             f"target +{step.target_written}", "regenerated": "target regen"}[step.path]
     scores = "" if step.score is None else (
         f"l={step.confidence:.2f} g={'-' if step.grounding is None else f'{step.grounding:.3f}'} "
         f"r={step.score:.2f}")
@@ -98,7 +99,8 @@ def _print_summary(console: Any, result: GenerationResult) -> None:
     rate = result.usage.completion_tokens / s.wall_time_s if s.wall_time_s else 0.0
     console.rule("summary")
     console.print(
-        f"steps {s.steps} | accepted {s.steps_accepted} | regenerated {s.steps_regenerated} | "
+        f"steps {s.steps} | kept {s.steps_kept} | target-checked {s.steps_target_checked} | "
+        f"regenerated {s.steps_regenerated} | target passes {s.target_forward_passes} | "
         f"acceptance {s.acceptance_rate:.0%} | target tokens {s.target_token_fraction:.0%}\n"
         f"wall {s.wall_time_s:.1f}s | {result.usage.completion_tokens} tokens | {rate:.1f} tok/s | "
         f"prefilled draft {s.draft.prefilled} target {s.target.prefilled} | "

@@ -1,6 +1,11 @@
 """A model handle: HF model + tokenizer, and the one place where KV caches are extended, forked,
 rolled back and caught up.
 
+The cache protocol, by name: `catch_up` encodes tokens committed elsewhere; `fork` repeats the
+prefix row for a batched proposal and `commit_row` / `drop_uncommitted` end it (keep one row's
+tokens, or return to the prefix); `try_tokens` feeds tokens without committing them and returns a
+`TentativePass` whose `.keep(n)` / `.discard()` commit a prefix of them or roll them back.
+
 Per-request state lives in `CacheState` (the cache of the committed prefix, its token ids, the
 next-token logits and the token counters), so one handle serves many requests.
 """
@@ -38,6 +43,26 @@ class Forward:
     layers: tuple[torch.Tensor, ...] | None = None  # each [b, q, d]
 
 
+@dataclass
+class TentativePass:
+    """Tokens fed after the committed prefix but not committed: `logits: [T+1, V]` (float32), row i
+    predicting `ids[i]`, row T the token after all of them. End it with `keep` or `discard`."""
+
+    handle: ModelHandle
+    state: CacheState
+    ids: list[int]
+    logits: torch.Tensor  # [T+1, V]
+    forward: Forward | None  # None when nothing was fed
+
+    def keep(self, n_tokens: int) -> None:
+        """Commit the first `n_tokens` of `ids`; roll the rest back."""
+        self.handle.commit_row(self.state, 0, self.ids[:n_tokens], self.logits[n_tokens])
+
+    def discard(self) -> None:
+        """Roll all of `ids` back: the cache holds the committed prefix again."""
+        self.handle.drop_uncommitted(self.state)
+
+
 class ModelHandle:
     """Wraps one causal LM. `name` is for traces; `eos_ids` end generation."""
 
@@ -62,8 +87,10 @@ class ModelHandle:
 
     @torch.inference_mode()
     def forward(self, state: CacheState, input_ids: torch.Tensor, *, all_logits: bool = False,
-                hidden: bool = False, recorder: capture.AttentionRecorder | None = None) -> Forward:
-        """Feed `input_ids: [b, q]` after what `state.cache` holds; counts prefilled/decoded tokens."""
+                hidden: bool = False, recorder: capture.AttentionRecorder | None = None,
+                tentative: bool = False) -> Forward:
+        """Feed `input_ids: [b, q]` after what `state.cache` holds; counts prefilled, decoded or
+        (for a verification pass) tentative tokens."""
         b, q = input_ids.shape
         extra: dict[str, Any] = {self._cache_arg: state.cache}
         if recorder is not None:
@@ -71,7 +98,9 @@ class ModelHandle:
         out = self.model(input_ids=input_ids.to(self.device),
                          use_cache=True, logits_to_keep=0 if all_logits else 1,
                          output_hidden_states=hidden, **extra)
-        if q > 1:
+        if tentative:
+            state.counters.tentative += b * q
+        elif q > 1:
             state.counters.prefilled += b * q
         else:
             state.counters.decoded += b
@@ -105,7 +134,7 @@ class ModelHandle:
 
     def rollback(self, state: CacheState, n_tokens: int) -> None:
         """Forget everything after the first `n_tokens` committed tokens."""
-        _crop(state.cache, n_tokens)
+        state.counters.discarded += _crop(state.cache, n_tokens)
         if n_tokens < len(state.ids):
             del state.ids[n_tokens:]
             state.logits = None
@@ -115,16 +144,48 @@ class ModelHandle:
         if k > 1:
             state.cache.batch_repeat_interleave(k)
 
-    def keep_row(self, state: CacheState, row: int, new_ids: list[int],
-                 logits: torch.Tensor | None) -> None:
-        """End a proposal: keep cache row `row` and commit its first `len(new_ids)` step tokens.
-
-        `logits` predict the token after them when all of them were fed, else None (stale)."""
+    def commit_row(self, state: CacheState, row: int, new_ids: list[int],
+                   logits: torch.Tensor | None) -> None:
+        """End a proposal: keep cache row `row` and commit its first `len(new_ids)` step tokens;
+        the rest of the row is cropped. `logits` predict the token after them when all of them were
+        fed, else None (stale)."""
         if _rows(state.cache) > 1:
             state.cache.batch_select_indices(torch.tensor([row], device=self.device))
-        _crop(state.cache, len(state.ids) + len(new_ids))
+        state.counters.discarded += _crop(state.cache, len(state.ids) + len(new_ids))
         state.ids.extend(new_ids)
         state.logits = logits
+
+    def drop_uncommitted(self, state: CacheState) -> None:
+        """Roll the cache back to the committed prefix (one row), keeping its next-token logits."""
+        self.commit_row(state, 0, [], state.logits)
+
+    def try_tokens(self, state: CacheState, ids: list[int], *,
+                   recorder: capture.AttentionRecorder | None = None) -> TentativePass:
+        """Feed the pending tokens (committed here) and then `ids` (not committed) in one pass.
+
+        The pass's `logits: [T+1, V]` row i predicts `ids[i]`, row T the token after all of them."""
+        pending, state.pending = state.pending, []
+        if not pending:
+            first = self.next_logits(state)[None]  # [1, V] predicts ids[0]
+            if not ids:
+                return TentativePass(self, state, [], first, None)
+        out = self.forward(state, torch.tensor([pending + ids]), all_logits=True,
+                           recorder=recorder, tentative=True)
+        rows = out.logits[0]  # [P+T, V]
+        if pending:
+            state.ids.extend(pending)
+            state.logits = rows[len(pending) - 1]
+            logits = rows[len(pending) - 1:]  # [T+1, V]
+        else:
+            logits = torch.cat([first, rows])  # [T+1, V]
+        return TentativePass(self, state, list(ids), logits, out)
+
+    def unwind(self, state: CacheState, n_tokens: int) -> None:
+        """Forget the last `n_tokens` committed tokens, the pending (not yet encoded) ones first."""
+        drop = min(n_tokens, len(state.pending))
+        del state.pending[len(state.pending) - drop:]
+        if n_tokens > drop:
+            self.rollback(state, len(state.ids) - (n_tokens - drop))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -139,8 +200,10 @@ def _rows(cache: DynamicCache) -> int:
     return int(keys.shape[0]) if keys is not None and keys.numel() else 1
 
 
-def _crop(cache: DynamicCache, n_tokens: int) -> None:
-    """Keep the first `n_tokens` positions (transformers 5 `crop` takes a negative count)."""
+def _crop(cache: DynamicCache, n_tokens: int) -> int:
+    """Keep the first `n_tokens` positions (transformers 5 `crop` takes a negative count); returns
+    how many positions were dropped."""
     extra = cache.get_seq_length() - n_tokens
     if extra > 0:
         cache.crop(-extra)
+    return max(0, extra)

@@ -1,7 +1,8 @@
 """SpecGuardEngine: step-level speculative reasoning with model-internal verification.
 
-`_steps` is the algorithm, top to bottom: propose (draft, k candidates as one batch), select (soft
-medoid), score (draft confidence + grounding), decide, accept or regenerate (target), commit.
+`_steps` is the algorithm, top to bottom: propose (draft, k candidates as one batch over a forked
+cache), select (soft medoid), score and route (keep / target check / reject), then keep the draft's
+step or fall back (`fallback.py`: the target verifies and finishes it, or regenerates it), commit.
 Loading lives in `loading.py`, per-request bookkeeping in `request.py`.
 """
 
@@ -12,39 +13,47 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig
 from specguard_core.engine import capture
+from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import (
     InputError,
     Message,
     ToolChoice,
     check_tools,
-    forced_call_prefix,
     normalise_messages,
     render_prompt,
     required_tool,
 )
+from specguard_core.engine.fallback import generated, regenerate, speculate
 from specguard_core.engine.formats import ResponseFormat
-from specguard_core.engine.handle import ModelHandle
-from specguard_core.engine.proposer import Candidate, SampleSpec, propose
+from specguard_core.engine.handle import ModelHandle, TentativePass
+from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, propose
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.signals import percentile_bounds
+from specguard_core.engine.speculative import typical_accept
 from specguard_core.engine.steps import StepRules, step_kind
 from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
 from specguard_core.models.loading import check_pair
-from specguard_core.types import GenerationResult, StepRecord
+from specguard_core.types import GenerationResult, StepKind, StepPath, StepRecord
 
 
-@contextmanager
-def _timed(phases: dict[str, float], name: str) -> Iterator[None]:
-    t0 = time.perf_counter()
-    yield
-    phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0
+class Phases(dict[str, float]):
+    """Seconds per phase of one step: `with timed("propose"): ...`."""
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self[name] = self.get(name, 0.0) + time.perf_counter() - t0
 
 
 class GenerationStream(Iterator[StepRecord]):
@@ -210,51 +219,79 @@ class SpecGuardEngine:
                  ) -> Iterator[StepRecord]:
         with self._lock:
             req.started = time.perf_counter()
-            with _timed(req.stats.phase_time_s, "prefill"):
+            timed = Phases()
+            with timed("prefill"):
                 self.draft.catch_up(req.draft)  # the target prefills when it is first needed
+            req.stats.add_time("prefill", timed["prefill"])
             yield from self._steps(req)
             holder["result"] = req.result(self.model_name)
 
     def _steps(self, req: Request) -> Iterator[StepRecord]:
-        cfg = req.cfg
-        selector = self._selector(cfg)
-        layers = self._capture_layers(self.draft, cfg)
+        """One step per turn: the draft proposes k candidates over its forked cache; the selector
+        picks one; the score routes it (keep / target check / reject); a kept step is committed in
+        both caches, a rejected one goes to the fallback, which ends the proposal itself."""
+        cfg, selector = req.cfg, self._selector(req.cfg)
         while req.finish is None and not req.cancel.is_set():
-            phases: dict[str, float] = {}
-            with _timed(phases, "catch_up"):
+            timed = Phases()
+            with timed("catch_up"):
                 self.draft.catch_up(req.draft)
-            with _timed(phases, "propose"):
-                spec = SampleSpec(cfg.k, cfg.temperature, cfg.top_p, req.budget(req.draft),
-                                  req.rules, layers, cfg.sparsify_threshold,
-                                  hidden=cfg.k > 1 and selector.mode == "hidden")
-                candidates = propose(self.draft, req.draft, spec, req.generator)
-            with _timed(phases, "select"):
-                pick = selector.select(candidates)
-            draft_step = candidates[pick]
-            with _timed(phases, "score"):
-                verdict = self._verify(req, draft_step)
-            if verdict.accepted:
-                step = self._accept(req, draft_step, pick, len(candidates), verdict)
+            with timed("propose"):
+                proposal = propose(self.draft, req.draft, self._draft_spec(req, selector),
+                                   req.generator)
+            with timed("select"):
+                pick = selector.select(proposal.candidates)
+            draft_step = proposal.candidates[pick]
+            kind = step_kind(draft_step.text, req.in_think, req.rules)
+            with timed("score"):
+                verdict, tpass = self._score(req, draft_step, kind[0])
+            path: StepPath | None = "kept" if verdict.route == "keep" else None
+            if verdict.route == "check":
+                with timed("target_check"):
+                    tpass = tpass or self._target_pass(req, draft_step)
+                    if typical_accept(tpass.logits, self._checked_ids(draft_step, tpass),
+                                      cfg.typical_eps, cfg.typical_delta):
+                        path = "target-checked"
+                    else:
+                        verdict = replace(verdict, reason="the target's check failed")
+            if path is not None:
+                step = self._keep(req, proposal, pick, tpass, verdict, kind, path)
             else:
-                with _timed(phases, "fallback"):
-                    step = self._regenerate(req, pick, selector)
-            yield req.commit(step, verdict, phases, draft_step.text)
+                with timed("fallback"):
+                    step = self._fall_back(req, proposal, pick, selector, tpass)
+            yield req.commit(step, verdict, timed, draft_step.text)
 
-    def _verify(self, req: Request, cand: Candidate) -> Verdict:
-        kind, _ = step_kind(cand.text, req.in_think, req.rules)
+    def _draft_spec(self, req: Request, selector: Selector) -> SampleSpec:
+        cfg = req.cfg
+        return SampleSpec(cfg.k, cfg.temperature, cfg.top_p, req.budget(req.draft), req.rules,
+                          self._capture_layers(self.draft, cfg), cfg.sparsify_threshold,
+                          hidden=cfg.k > 1 and selector.mode == "hidden")
+
+    def _score(self, req: Request, cand: Candidate, kind: StepKind
+               ) -> tuple[Verdict, TentativePass | None]:
+        """The verdict on the selected draft step, and the target's pass over it when the target
+        scored it (tentative: kept or discarded by what follows)."""
         reason, call = structural_check(cand.text, kind, req.tools, req.required,
                                         self.target.tokenizer, req.response_format,
                                         req.answer_text(), cand.end == "eos")
+        tpass = None
         if req.cfg.scoring_model == "target":
-            self.target.catch_up(req.target)
             layers = self._capture_layers(self.target, req.cfg)
-            n0 = len(req.target.ids)
-            scores = target_scores(self.target, req.target, self._fed(cand), layers, req.cfg)
-            verdict = verify(scores, req.cfg, reason, call)
-            if not verdict.accepted:
-                self.target.rollback(req.target, n0)
-            return verdict
-        return verify(draft_scores(cand, req.cfg), req.cfg, reason, call)
+            recorder = AttentionRecorder(layers) if layers else None
+            tpass = self._target_pass(req, cand, recorder)
+            scores = target_scores(tpass, recorder, req.cfg)
+        else:
+            scores = draft_scores(cand, req.cfg)
+        return verify(scores, req.cfg, reason, call, tool_call=kind == "tool_call"), tpass
+
+    def _target_pass(self, req: Request, cand: Candidate,
+                     recorder: AttentionRecorder | None = None) -> TentativePass:
+        """The target's one pass over the draft step (its pending tokens fed first)."""
+        ids = self._convert(cand.fed, self.draft, self.target)
+        return self.target.try_tokens(req.target, ids, recorder=recorder)
+
+    def _checked_ids(self, cand: Candidate, tpass: TentativePass) -> list[int]:
+        """The tokens the target check judges: the step's, its final EOS included (same vocab)."""
+        return cand.token_ids if self.same_vocab else tpass.ids
 
     @staticmethod
     def _capture_layers(handle: ModelHandle, cfg: SpecGuardConfig) -> frozenset[int] | None:
@@ -262,40 +299,33 @@ class SpecGuardEngine:
         grounding no weight, which is also how to measure what capture costs."""
         return capture.last_layers(handle.model, cfg.grounding_layers) if cfg.beta < 1 else None
 
-    def _accept(self, req: Request, cand: Candidate, pick: int, k: int, verdict: Verdict) -> Step:
-        fed = self._fed(cand)
-        self.draft.keep_row(req.draft, pick, fed, cand.next_logits)
-        if req.cfg.scoring_model != "target":  # target-scored steps are already in its cache
-            req.target.pending += self._convert(fed, self.draft, self.target)
-        return Step(cand.token_ids, cand.text, "draft", cand.end == "eos", k, verdict.tool_call)
+    def _keep(self, req: Request, proposal: Proposal, pick: int, tpass: TentativePass | None,
+              verdict: Verdict, kind: tuple[StepKind, bool], path: StepPath) -> Step:
+        """Commit the draft's step in both caches (the target's pass, when there was one, already
+        encoded it)."""
+        cand = proposal.candidates[pick]
+        proposal.keep(pick)
+        if tpass is not None:
+            tpass.keep(len(tpass.ids))
+        else:
+            req.target.pending += self._convert(cand.fed, self.draft, self.target)
+        return Step(cand.token_ids, cand.text, "draft", cand.end == "eos", len(proposal.candidates),
+                    verdict.tool_call, path=path, kind=kind, draft_written=len(cand.token_ids),
+                    draft_generated=generated(proposal))
 
-    def _regenerate(self, req: Request, pick: int, selector: Selector) -> Step:
-        """Roll the draft back to the prefix and let the target write this step."""
-        self.draft.keep_row(req.draft, pick, [], req.draft.logits)
-        self.target.catch_up(req.target)
-        prior, prior_ids = "", []
-        if req.required and not req.in_think:  # enforce the tool choice: start the call for it
-            prior = forced_call_prefix(req.required)
-            prior_ids = self.target.encode(prior)
-            self.target.extend(req.target, prior_ids)
-        cfg = req.cfg
-        k = cfg.fallback_k if cfg.fallback == "sample" else 1
-        spec = SampleSpec(k, cfg.temperature if cfg.fallback == "sample" else 0.0, cfg.top_p,
-                          max(1, req.budget(req.target)), req.rules, None,
-                          hidden=k > 1 and selector.mode == "hidden")
-        candidates = propose(self.target, req.target, spec, req.generator, prior)
-        i = selector.select(candidates)
-        cand = candidates[i]
-        fed = self._fed(cand)
-        self.target.keep_row(req.target, i, fed, cand.next_logits)
-        req.draft.pending += self._convert(prior_ids + fed, self.target, self.draft)
-        return Step(prior_ids + cand.token_ids, prior + cand.text, "target", cand.end == "eos", k)
+    def _fall_back(self, req: Request, proposal: Proposal, pick: int, selector: Selector,
+                   tpass: TentativePass | None) -> Step:
+        """Speculative fallback when configured and possible (same vocabulary, no forced tool-call
+        prefix); else the target regenerates the step."""
+        forced = req.required is not None and not req.in_think
+        if req.cfg.fallback == "speculative" and self.same_vocab and not forced:
+            tpass = tpass or self._target_pass(req, proposal.candidates[pick])
+            return speculate(self.draft, self.target, req, proposal, pick, tpass)
+        if tpass is not None:
+            tpass.discard()
+        return regenerate(self.draft, self.target, req, proposal, selector, self._convert)
 
     # ---- helpers ---------------------------------------------------------------------------
-    @staticmethod
-    def _fed(cand: Candidate) -> list[int]:
-        return cand.token_ids[: cand.n_fed]
-
     def _convert(self, ids: list[int], src: ModelHandle, dst: ModelHandle) -> list[int]:
         return ids if self.same_vocab else dst.encode(src.decode(ids))
 

@@ -4,13 +4,15 @@ Used for the draft's proposals (with attention capture for grounding) and for th
 regeneration (k=1 greedy or k samples). The k rows share the prefix's KV cache (forked in place);
 each row stops at a step boundary (`steps.step_end`), an EOS token or the token budget, and every kept
 token is fed through the model, so its attention row is captured and the cache of the chosen row is
-complete when it is committed.
+complete when it is committed. `propose` returns a `Proposal`: `.keep(i)` commits row i's step,
+`.discard()` rolls the cache back to the prefix. One host transfer per decode step (the sampled
+tokens and their log-probs); text grows through an incremental detokeniser (`StepText`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -20,6 +22,7 @@ from specguard_core.engine.signals import sparsify_rows
 from specguard_core.engine.steps import StepRules, step_end
 
 EndReason = Literal["boundary", "eos", "budget"]
+Added = Literal["fed", "eos", "before"]
 
 
 @dataclass(frozen=True)
@@ -40,9 +43,11 @@ class SampleSpec:
 @dataclass
 class Candidate:
     """One sampled step. `logprobs: [T]` raw (temperature-1) log-probs of `token_ids`;
-    `step_rows: [L, F, F]` sparsified attention rows of the F fed tokens on step columns;
-    `embedding: [d]` mean last hidden state over the fed tokens; `pooled[layer]: [d]` the mean hidden
-    state of that layer over the fed tokens, for each of `SampleSpec.pool_layers`."""
+    `sample_probs: [T]` each token's probability under the distribution it was drawn from (1.0 when
+    greedy; speculative sampling's q); `step_rows: [L, F, F]` sparsified attention rows of the F fed
+    tokens on step columns; `embedding: [d]` mean last hidden state over the fed tokens;
+    `pooled[layer]: [d]` the mean hidden state of that layer over the fed tokens, for each of
+    `SampleSpec.pool_layers`."""
 
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -53,20 +58,115 @@ class Candidate:
     step_rows: torch.Tensor | None = None
     embedding: torch.Tensor | None = None
     pooled: dict[int, torch.Tensor] = field(default_factory=dict)
+    sample_probs: list[float] = field(default_factory=list)
+
+    @property
+    def fed(self) -> list[int]:
+        """The tokens that went through the model (all but a final EOS)."""
+        return self.token_ids[: self.n_fed]
+
+
+class StepText:
+    """One step's tokens and text as tokens arrive; decides where the step ends.
+
+    Text grows through `tokenizers`' `DecodeStream` when the tokenizer is fast (a full re-decode per
+    token otherwise), so a multi-byte character split over tokens appears whole, and a step cut by
+    the budget in the middle of one is trimmed back to the last whole character (`trim`)."""
+
+    def __init__(self, handle: ModelHandle, rules: StepRules, max_tokens: int, prior: str = "") -> None:
+        self.handle, self.rules, self.max_tokens, self.prior = handle, rules, max_tokens, prior
+        self.token_ids: list[int] = []
+        self.text = ""
+        self.end: EndReason | None = None
+        self.n_whole = 0  # tokens up to the last whole character
+        backend = getattr(handle.tokenizer, "_tokenizer", None)
+        self._backend: Any = backend
+        self._stream: Any = None
+        if backend is not None:
+            from tokenizers.decoders import DecodeStream
+
+            self._stream = DecodeStream(skip_special_tokens=False)
+
+    def _grow(self, tok: int) -> tuple[str, bool]:
+        """(text with `tok`, whether it ends on a whole character)."""
+        if self._stream is not None:
+            chunk = self._stream.step(self._backend, tok)
+            return self.text + (chunk or ""), chunk is not None
+        text = self.handle.decode(self.token_ids + [tok])
+        return text, not text.endswith("\ufffd")
+
+    def add(self, tok: int) -> Added:
+        """Add the next token: "fed" (it belongs to the step and must go through the model), "eos"
+        (it ends the turn; never fed) or "before" (the step ended just before it; not added)."""
+        if tok in self.handle.eos_ids:
+            self.token_ids.append(tok)
+            self.end = "eos"
+            return "eos"
+        text, whole = self._grow(tok)
+        end = step_end(self.prior + text, self.rules) if whole else None
+        if end is not None and end - len(self.prior) <= len(self.text) and self.token_ids:
+            self.end = "boundary"  # the token opens a block after prose
+            return "before"
+        self.token_ids.append(tok)
+        self.text = text
+        if whole:
+            self.n_whole = len(self.token_ids)
+        if end is not None:
+            self.end = "boundary"
+        elif len(self.token_ids) >= self.max_tokens:
+            self.end = "budget"
+        return "fed"
+
+    def trim(self) -> int:
+        """Drop trailing tokens of an unfinished character (after a budget cut); returns how many."""
+        extra = len(self.token_ids) - self.n_whole if self.end != "eos" and self.n_whole else 0
+        if extra:
+            del self.token_ids[self.n_whole:]
+        return extra
+
+
+@dataclass
+class Proposal:
+    """k candidate steps over a forked cache. End it with `keep(i)` or `discard()`."""
+
+    handle: ModelHandle
+    state: CacheState
+    candidates: list[Candidate]
+
+    def keep(self, i: int, n_tokens: int | None = None) -> None:
+        """Keep row `i`: commit its fed tokens (or only the first `n_tokens`), drop the other rows."""
+        cand = self.candidates[i]
+        n = cand.n_fed if n_tokens is None else min(n_tokens, cand.n_fed)
+        self.handle.commit_row(self.state, i, cand.token_ids[:n],
+                               cand.next_logits if n == cand.n_fed else None)
+
+    def discard(self) -> None:
+        """Roll the cache back to the prefix, as if nothing had been proposed."""
+        self.handle.drop_uncommitted(self.state)
 
 
 def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
                   generator: torch.Generator, shortlist: int = 1024) -> torch.Tensor:
-    """`[k, V] -> [k]`: greedy when temperature is 0, else nucleus (top-p) sampling.
+    """`[k, V] -> [k]`: greedy when temperature is 0, else nucleus (top-p) sampling."""
+    return sample_with_probs(logits, temperature, top_p, generator, shortlist)[0]
 
-    Sorting a 150k vocabulary costs more than a small model's decode step on a CPU, so the nucleus
-    is taken from the `shortlist` most likely tokens, with their exact probabilities; rows whose
-    shortlist holds less than `top_p` of the mass fall back to the full sort (same distribution).
+
+def sample_with_probs(logits: torch.Tensor, temperature: float, top_p: float,
+                      generator: torch.Generator, shortlist: int = 1024
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`[k, V] -> ([k] tokens, [k] their probability under the sampling distribution)`.
+
+    Sorting a 150k vocabulary costs more than a small model's decode step on a CPU, so there the
+    nucleus is taken from the `shortlist` most likely tokens, with their exact probabilities; rows
+    whose shortlist holds less than `top_p` of the mass fall back to the full sort (same
+    distribution). On an accelerator the full sort is cheap and the check would be a host sync, so
+    it always sorts.
     """
     if temperature == 0:
-        return logits.argmax(dim=-1)
+        tokens = logits.argmax(dim=-1)
+        return tokens, torch.ones(tokens.shape, device=logits.device)
     scaled = logits / temperature
-    if shortlist < scaled.shape[-1]:
+    if shortlist < scaled.shape[-1] and scaled.device.type == "cpu":
         values, order = scaled.topk(shortlist, dim=-1)  # [k, K], sorted descending
         probs = (values - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
         if bool((probs.sum(dim=-1) >= top_p).all()):
@@ -75,56 +175,59 @@ def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
     return _nucleus(probs, order, top_p, generator)
 
 
+def nucleus_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """`[..., V] -> [..., V]`: the exact distribution `sample_with_probs` draws from (one-hot argmax
+    when temperature is 0)."""
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    kept = sorted_p.masked_fill((sorted_p.cumsum(dim=-1) - sorted_p) > top_p, 0.0)
+    out = torch.zeros_like(probs).scatter(-1, order, kept)
+    return out / out.sum(dim=-1, keepdim=True)
+
+
 def _nucleus(sorted_p: torch.Tensor, order: torch.Tensor, top_p: float,
-             generator: torch.Generator) -> torch.Tensor:
+             generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     # keep tokens whose preceding mass is within top_p (the smallest prefix reaching top_p)
     kept = sorted_p.masked_fill((sorted_p.cumsum(dim=-1) - sorted_p) > top_p, 0.0)
     pick = torch.multinomial(kept, 1, generator=generator)  # [k, 1]
-    return order.gather(-1, pick).squeeze(-1)
-
-
-def _advance(handle: ModelHandle, cand: Candidate, tok: int, logp: float, logits: torch.Tensor,
-             spec: SampleSpec, prior: str) -> bool:
-    """Add `tok` to a live candidate; return True if it must be fed through the model."""
-    if tok in handle.eos_ids:
-        cand.token_ids.append(tok)
-        cand.logprobs.append(logp)
-        cand.end, cand.next_logits = "eos", logits
-        return False
-    before = cand.text
-    text = handle.decode(cand.token_ids + [tok])
-    end = step_end(prior + text, spec.rules)
-    if end is not None and end - len(prior) <= len(before) and cand.token_ids:
-        cand.end, cand.next_logits = "boundary", logits  # the token opens a block after prose
-        return False
-    cand.token_ids.append(tok)
-    cand.logprobs.append(logp)
-    cand.text = text
-    if end is not None:
-        cand.end = "boundary"
-    elif len(cand.token_ids) >= spec.max_tokens:
-        cand.end = "budget"
-    return True
+    prob = kept.gather(-1, pick)[:, 0] / kept.sum(dim=-1)  # [k]
+    return order.gather(-1, pick).squeeze(-1), prob
 
 
 def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
-            generator: torch.Generator, prior: str = "") -> list[Candidate]:
+            generator: torch.Generator, prior: str = "") -> Proposal:
     """Sample `spec.k` candidate steps after `state`'s prefix; `prior` is committed text that belongs
-    to this step (a forced prefix). Leaves `state` forked: call `handle.keep_row` next."""
-    k, n0 = spec.k, len(state.ids)
+    to this step (a forced prefix). Leaves `state` forked: end the `Proposal` with keep or discard."""
+    k, n0, dev = spec.k, len(state.ids), handle.device
     logits = handle.next_logits(state).unsqueeze(0).expand(k, -1)  # [k, V]
     handle.fork(state, k)
+    texts = [StepText(handle, spec.rules, spec.max_tokens, prior) for _ in range(k)]
     cands = [Candidate() for _ in range(k)]
-    n_layers = len(spec.capture_layers or ())
-    rows = torch.zeros(k, n_layers, spec.max_tokens, spec.max_tokens)  # [k, L, T, T]
-    emb_sum: torch.Tensor | None = None
+    att_rows: list[torch.Tensor] = []  # step t: [k, L, t + 1], grown with the step
+    emb_sum: torch.Tensor | None = None  # [k, d]
     pool_sums: dict[int, torch.Tensor] = {}  # layer -> [k, d]
+    whole_logits: dict[int, torch.Tensor] = {}  # row -> [V] after its last whole character
     for t in range(spec.max_tokens):
-        tokens = sample_tokens(logits, spec.temperature, spec.top_p, generator)  # [k]
+        tokens, probs = sample_with_probs(logits, spec.temperature, spec.top_p, generator)  # [k]
         logps = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None])[:, 0]  # [k]
-        live = [i for i, c in enumerate(cands) if c.end is None]
-        fed = [i for i in live if _advance(handle, cands[i], int(tokens[i]), float(logps[i]),
-                                           logits[i], spec, prior)]
+        toks, lps, sps = torch.stack([tokens.to(logps.dtype), logps, probs.to(logps.dtype)]
+                                     ).tolist()  # the one host transfer of this step
+        fed: list[int] = []
+        for i, c in enumerate(cands):
+            if c.end is not None:
+                continue
+            tok = int(toks[i])
+            added = texts[i].add(tok)
+            if added != "before":
+                c.logprobs.append(lps[i])
+                c.sample_probs.append(sps[i])
+            c.end = texts[i].end
+            if added == "fed":
+                fed.append(i)
+            elif c.end is not None:
+                c.next_logits = logits[i]
         if not fed:
             break
         recorder = AttentionRecorder(spec.capture_layers) if spec.capture_layers else None
@@ -133,29 +236,47 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
         logits = out.logits[:, -1]  # [k, V]
         if recorder is not None:
             att = sparsify_rows(recorder.stacked()[:, :, -1], spec.sparsify_threshold)  # [k, L, n]
-            rows[:, :, t, : t + 1] = att[:, :, n0 : n0 + t + 1]
-        if out.hidden is not None and spec.hidden:
-            h = out.hidden[:, -1].float()  # [k, d]
-            emb_sum = h * 0 if emb_sum is None else emb_sum
-        fed_mask = torch.zeros(k, 1)
+            att_rows.append(att[:, :, n0: n0 + t + 1])
+        fed_mask = torch.zeros(k, 1, device=dev)
         fed_mask[fed] = 1.0
+        if out.hidden is not None and spec.hidden:
+            h = out.hidden[:, -1].float() * fed_mask  # [k, d]
+            emb_sum = h if emb_sum is None else emb_sum + h
         for layer in spec.pool_layers:
             assert out.layers is not None
-            h = out.layers[layer][:, -1].float().cpu() * fed_mask  # [k, d], rows not fed: 0
+            h = out.layers[layer][:, -1].float() * fed_mask  # [k, d], rows not fed: 0
             pool_sums[layer] = h if layer not in pool_sums else pool_sums[layer] + h
         for i in fed:
             c = cands[i]
             c.n_fed += 1
-            if out.hidden is not None and emb_sum is not None:
-                emb_sum[i] += out.hidden[i, -1].float()
+            if texts[i].n_whole == c.n_fed:
+                whole_logits[i] = logits[i]
             if c.end is not None:
                 c.next_logits = logits[i]
         if all(c.end is not None for c in cands):
             break
+    rows = _square(att_rows, k, len(spec.capture_layers or ()), dev)  # [k, L, T, T] or None
     for i, c in enumerate(cands):
         c.end = c.end or "budget"
-        c.step_rows = rows[i, :, : c.n_fed, : c.n_fed] if n_layers else None
+        if c.end == "budget" and texts[i].trim():  # never end mid-character
+            c.n_fed = min(c.n_fed, len(texts[i].token_ids))
+            c.next_logits = whole_logits.get(i) if c.n_fed == len(texts[i].token_ids) else None
+            del c.logprobs[len(texts[i].token_ids):], c.sample_probs[len(texts[i].token_ids):]
+        c.token_ids, c.text = texts[i].token_ids, texts[i].text
+        c.step_rows = rows[i, :, : c.n_fed, : c.n_fed] if rows is not None else None
         if emb_sum is not None:
             c.embedding = emb_sum[i] / max(1, c.n_fed)
-        c.pooled = {layer: sums[i] / max(1, c.n_fed) for layer, sums in pool_sums.items()}
-    return cands
+        c.pooled = {layer: (sums[i] / max(1, c.n_fed)).cpu() for layer, sums in pool_sums.items()}
+    return Proposal(handle, state, cands)
+
+
+def _square(att_rows: list[torch.Tensor], k: int, n_layers: int, device: torch.device
+            ) -> torch.Tensor | None:
+    """Step t's rows `[k, L, t + 1]` -> one lower-triangular `[k, L, T, T]` (None: no capture)."""
+    if not n_layers:
+        return None
+    n = len(att_rows)
+    out = torch.zeros(k, n_layers, n, n, device=device)
+    for t, row in enumerate(att_rows):
+        out[:, :, t, : t + 1] = row
+    return out

@@ -23,6 +23,8 @@ from specguard_core.types import (
     FinishReason,
     GenerationResult,
     RunStats,
+    StepKind,
+    StepPath,
     StepRecord,
     StepSource,
     ToolCall,
@@ -32,7 +34,9 @@ from specguard_core.types import (
 
 @dataclass
 class Step:
-    """A step chosen for commit: its tokens (EOS included when it ended the turn) and text."""
+    """A step chosen for commit: its tokens (EOS included when it ended the turn) and text.
+    `kind` is `step_kind`'s answer when the caller already has it for this text (not recomputed);
+    `draft_written` of the tokens came from the draft (the rest from the target)."""
 
     token_ids: list[int]
     text: str
@@ -40,6 +44,13 @@ class Step:
     eos: bool
     n_candidates: int
     tool_call: ToolCall | None = None
+    path: StepPath = "regenerated"
+    kind: tuple[StepKind, bool] | None = None
+    verified_prefix: int = 0
+    draft_written: int = 0
+    draft_generated: int = 0  # draft tokens generated for this step, all rows and rounds
+
+
 
 
 @dataclass
@@ -61,12 +72,15 @@ class Request:
     invalid_tool_calls: list[ToolCall] = field(default_factory=list)
     n_new: int = 0
     in_think: bool = False
+    draft_run: int = 0  # speculative fallback: tokens the draft proposes per target pass (adapts)
+    _passes_mark: int = 0
     finish: FinishReason | None = None
     started: float = field(default_factory=time.perf_counter)
     cancel: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.stats.draft, self.stats.target = self.draft.counters, self.target.counters
+        self.draft_run = self.cfg.sd_draft_tokens
 
     def budget(self, state: CacheState) -> int:
         """Tokens the next step may take: step cap, max_new_tokens left, context window left."""
@@ -75,7 +89,7 @@ class Request:
 
     def commit(self, step: Step, verdict: Verdict | None, phases: dict[str, float],
                draft_text: str | None) -> StepRecord:
-        kind, self.in_think = step_kind(step.text, self.in_think, self.rules)
+        kind, self.in_think = step.kind or step_kind(step.text, self.in_think, self.rules)
         call = step.tool_call
         if kind == "tool_call":
             call = call or parse_tool_call(step.text, self.tools, self.tokenizer)
@@ -85,12 +99,18 @@ class Request:
             index=len(self.steps), text=step.text, token_ids=step.token_ids, source=step.source,
             kind=kind, confidence=verdict.scores.confidence if verdict else None,
             grounding=verdict.scores.grounding if verdict else None,
-            score=verdict.score if verdict else None, accepted=step.source == "draft",
+            score=verdict.score if verdict else None,
+            accepted=step.path in ("kept", "target-checked"),
             n_candidates=step.n_candidates, latency_s=sum(phases.values()),
             tool_call=call if kind == "tool_call" else None,
             rejected_reason=verdict.reason if verdict and step.source == "target" else None,
-            draft_text=draft_text, phase_s=dict(phases),
+            draft_text=draft_text, phase_s=dict(phases), path=step.path,
+            verified_prefix=step.verified_prefix, draft_written=step.draft_written,
+            target_written=len(step.token_ids) - step.draft_written,
+            target_passes=self.target.counters.forward_calls - self._passes_mark,
+            draft_wasted=max(0, step.draft_generated - step.draft_written),
         )
+        self._passes_mark = self.target.counters.forward_calls
         self._count(record, phases)
         self.steps.append(record)
         self._check_stop(step)
@@ -101,11 +121,16 @@ class Request:
         s.steps += 1
         n = len(record.token_ids)
         self.n_new += n
-        if record.source == "draft":
-            s.steps_accepted, s.draft_tokens = s.steps_accepted + 1, s.draft_tokens + n
+        s.draft_tokens += record.draft_written
+        s.target_tokens += record.target_written
+        s.draft_tokens_wasted += record.draft_wasted
+        if record.path in ("kept", "target-checked"):
+            s.steps_accepted += 1
+            s.steps_kept += record.path == "kept"
+            s.steps_target_checked += record.path == "target-checked"
         else:
-            s.target_tokens += n
             s.steps_regenerated += record.score is not None
+            s.steps_target_verified += record.path == "target-verified"
         for phase, seconds in phases.items():
             s.add_time(phase, seconds)
 

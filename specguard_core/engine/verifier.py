@@ -4,7 +4,7 @@ thresholded; tool-call steps must also be structurally valid and respect the too
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -13,7 +13,7 @@ from specguard_core.engine import signals
 from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import parse_tool_call
 from specguard_core.engine.formats import ResponseFormat, check_answer
-from specguard_core.engine.handle import CacheState, ModelHandle
+from specguard_core.engine.handle import TentativePass
 from specguard_core.engine.proposer import Candidate
 from specguard_core.types import StepKind, ToolCall
 
@@ -24,13 +24,23 @@ class Scores:
     grounding: float | None  # None: not computed (beta == 1, no attention captured)
 
 
+Route = Literal["keep", "check", "reject"]
+
+
 @dataclass(frozen=True)
 class Verdict:
+    """The decision on the selected draft step: keep it, have the target check it, or reject it."""
+
     scores: Scores
     score: float
-    accepted: bool
+    route: Route
     reason: str | None = None
     tool_call: ToolCall | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """Kept on the score alone (the paper's accept)."""
+        return self.route == "keep"
 
 
 def draft_scores(cand: Candidate, cfg: SpecGuardConfig) -> Scores:
@@ -41,23 +51,21 @@ def draft_scores(cand: Candidate, cfg: SpecGuardConfig) -> Scores:
                   None if rows is None else signals.grounding(rows, cfg.rollout_residual))
 
 
-def target_scores(target: ModelHandle, state: CacheState, step_ids: list[int],
-                  layers: frozenset[int] | None, cfg: SpecGuardConfig) -> Scores:
-    """Signals from the target, teacher-forcing the step: one catch-up pass, with capture unless
-    `layers` is None. The step is then committed in `state`; the caller rolls it back if the step
-    is rejected."""
-    n0 = len(state.ids)
-    first = target.next_logits(state)  # [V] predicts step_ids[0]
-    recorder = AttentionRecorder(layers) if layers else None
-    out = target.extend(state, step_ids, all_logits=True, recorder=recorder)
-    if out is None:
+def target_scores(tpass: TentativePass, recorder: AttentionRecorder | None,
+                  cfg: SpecGuardConfig) -> Scores:
+    """Signals from the target's pass over the step (teacher-forced; `recorder` captured its
+    attention, or None). Pure: the pass stays tentative; the caller keeps or discards it."""
+    ids = tpass.ids
+    if not ids:
         return Scores(0.0, 1.0 if recorder else None)
-    logits = torch.cat([first[None], out.logits[0, :-1]])  # [T, V] predicting each step token
-    logps = torch.log_softmax(logits, -1).gather(-1, torch.tensor(step_ids)[:, None])[:, 0]
+    n = len(ids)
+    logps = torch.log_softmax(tpass.logits[:n], -1).gather(
+        -1, torch.tensor(ids, device=tpass.logits.device)[:, None])[:, 0]  # [T]
     if recorder is None:
         return Scores(signals.confidence(logps), None)
-    att = signals.sparsify_rows(recorder.stacked()[0], cfg.sparsify_threshold)  # [L, T, n]
-    return Scores(signals.confidence(logps), signals.grounding(att[:, :, n0:], cfg.rollout_residual))
+    att = signals.sparsify_rows(recorder.stacked()[0], cfg.sparsify_threshold)  # [L, P+T, n]
+    return Scores(signals.confidence(logps),
+                  signals.grounding(att[:, -n:, -n:], cfg.rollout_residual))  # step rows, step cols
 
 
 def step_score(scores: Scores, cfg: SpecGuardConfig) -> float:
@@ -78,9 +86,21 @@ def paper_score(scores: Scores, cfg: SpecGuardConfig) -> float:
 
 
 def decide(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, bool]:
-    """(r, keep the step?): the decision rule, apart from how r is computed: keep iff r >= tau."""
+    """(r, keep the step without the target?): keep iff r >= tau_accept (= tau unless set)."""
+    score, route = decide_route(scores, cfg)
+    return score, route == "keep"
+
+
+def decide_route(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, Route]:
+    """(r, route): the decision rule, apart from how r is computed. Keep iff r >= tau_accept,
+    reject iff r < tau_reject, else the target checks (tau_accept == tau_reject: the paper's rule)."""
     score = step_score(scores, cfg)
-    return score, signals.accept(score, cfg.tau)
+    accept_at, reject_below = cfg.thresholds
+    if signals.accept(score, accept_at):
+        return score, "keep"
+    if not signals.accept(score, reject_below):
+        return score, "reject"
+    return score, "check"
 
 
 def structural_check(text: str, kind: StepKind, tools: list[dict[str, Any]],
@@ -108,8 +128,13 @@ def structural_check(text: str, kind: StepKind, tools: list[dict[str, Any]],
 
 
 def verify(scores: Scores, cfg: SpecGuardConfig, structural: str | None,
-           call: ToolCall | None) -> Verdict:
-    score, ok = decide(scores, cfg)
+           call: ToolCall | None, tool_call: bool = False) -> Verdict:
+    """The route of a draft step: structural failures are rejected; a tool call (an action) the
+    score would keep is checked by the target instead."""
+    score, route = decide_route(scores, cfg)
     if structural:
-        return Verdict(scores, score, False, structural, call)
-    return Verdict(scores, score, ok, None if ok else f"score {score:.3f} < tau {cfg.tau}", call)
+        return Verdict(scores, score, "reject", structural, call)
+    if tool_call and route == "keep":
+        route = "check"
+    reason = f"score {score:.3f} < tau_reject {cfg.thresholds[1]}" if route == "reject" else None
+    return Verdict(scores, score, route, reason, call)

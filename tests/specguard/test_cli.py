@@ -19,7 +19,8 @@ def test_run_prints_a_trace_and_summary(pair_dirs: tuple[Path, Path],
                  "--set", "max_step_tokens=4", "--set", "tau=0.5"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "#0" in out and ("draft kept" in out or "target regen" in out)
+    labels = ("draft kept", "draft checked", "target +", "target regen")
+    assert "#0" in out and any(label in out for label in labels)
     assert "summary" in out and "acceptance" in out and "prefilled draft" in out
 
 

@@ -140,3 +140,16 @@ def test_synthetic_mode(tmp_path: Path) -> None:
     sweep = report["capture"]["layers_sweep"]
     assert sweep[0]["grounding_layers"] == 0 and len(sweep) >= 2  # capture off, then on
     assert report["target_latency_s"] > 0 and (tmp_path / "synthetic.png").stat().st_size > 0
+
+
+def test_variants_and_balanced_configs() -> None:
+    base = SpecGuardConfig()
+    sd = specguard_config(base, "specguard-paper-sd", {"paper.k": 4}, max_new_tokens=50)
+    paper = specguard_config(base, "specguard-paper", {}, max_new_tokens=50)
+    assert sd.fallback == "speculative" and paper.fallback == "sample"
+    assert sd.k == 4 and sd.fallback_k == paper.fallback_k == 16
+    balanced = specguard_config(base, "specguard-balanced", {}, max_new_tokens=50)
+    assert balanced.thresholds == (math.inf, -math.inf) and balanced.fallback == "speculative"
+    # an override of tau alone is the two-way rule at that tau
+    assert specguard_config(base, "specguard-balanced", {"balanced.tau": 0.6},
+                            max_new_tokens=50).thresholds == (0.6, 0.6)

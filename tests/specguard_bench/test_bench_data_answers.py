@@ -94,3 +94,41 @@ def test_every_shipped_gold_answer_parses() -> None:
     for dataset in ("gsm8k", "math500"):
         for p in load_problems(dataset, 50):
             assert parse_gold(p.gold), p.uid
+
+
+def test_load_file_reads_gsm8k_and_math_rows(tmp_path: Any) -> None:
+    import json as _json
+
+    from specguard_bench.data import load_file
+
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(_json.dumps(r) for r in [
+        {"question": "2+2?", "answer": "Add them.\n#### 4"},
+        {"problem": "x^2=9, x>0?", "answer": "3"},
+        {"question": "3*3?", "answer": "9"},
+    ]) + "\n")
+    probs = load_file(path)
+    assert [(p.uid, p.question, p.gold) for p in probs] == [
+        ("mine/0", "2+2?", "4"), ("mine/1", "x^2=9, x>0?", "3"), ("mine/2", "3*3?", "9")]
+    assert [p.uid for p in load_file(path, n=1, offset=1)] == ["mine/1"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "no answer"}\n')
+    with pytest.raises(ValueError, match="problem 0 needs"):
+        load_file(bad)
+    with pytest.raises(ValueError, match="does not exist"):
+        load_file(tmp_path / "missing.jsonl")
+
+
+def test_default_caps_per_dataset() -> None:
+    import argparse
+
+    from specguard_bench.cli import _max_new_tokens
+
+    def ns(**kw: Any) -> argparse.Namespace:
+        return argparse.Namespace(**{"max_new_tokens": None, "dataset": "gsm8k",
+                                     "dataset_file": None, **kw})
+
+    assert _max_new_tokens(ns()) == 700
+    assert _max_new_tokens(ns(dataset="math500")) == 800
+    assert _max_new_tokens(ns(dataset_file="x.jsonl")) == 800
+    assert _max_new_tokens(ns(dataset="math500", max_new_tokens=123)) == 123

@@ -197,3 +197,19 @@ def test_acceptance_by_step_counts_scored_steps_per_index() -> None:
     assert summary.acceptance_by_step == [[1, 2], [1, 2], [1, 1]]
     entry = step_entry(first[1])
     assert entry["source"] == "target" and entry["tokens"] == 2 and entry["phase_s"] == {}
+
+
+def test_path_columns_and_tokens_per_target_forward() -> None:
+    base = dict(dataset="gsm8k", index=0, correct=True, predicted="1", gold="1", latency_s=2.0,
+                prompt_tokens=10, finish_reason="stop", text="x")
+    rows = [
+        ProblemRow(uid="gsm8k/0", method="target", new_tokens=40, **base),
+        ProblemRow(uid="gsm8k/0", method="specguard-balanced", new_tokens=40, kept_steps=1,
+                   checked_steps=3, regenerated_steps=2, target_forwards=8, draft_wasted=12,
+                   **base),
+    ]
+    s = summarize(rows, ["target", "specguard-balanced"])
+    assert s["target"].tokens_per_target_forward == 1.0
+    assert s["specguard-balanced"].tokens_per_target_forward == pytest.approx(5.0)
+    table = markdown_table(s)
+    assert "kept/checked/regen steps" in table and "| 1/3/2 | 5.00 | 12 |" in table

@@ -1,0 +1,161 @@
+"""Fall back: the target writes (or verifies) a step the draft could not be trusted with.
+
+- `regenerate`: the paper's fallback. The draft's proposal is discarded and the target writes the
+  step itself (greedy, or `fallback_k` samples and the selector); one target forward per token.
+- `speculate`: token-level speculative decoding inside the step. The target's one pass over the
+  selected draft step (`first`, the same pass a target check or target scoring made) keeps the
+  prefix it agrees with plus its own next token; then the draft proposes `req.draft_run` tokens
+  from its persistent cache and the target verifies them in one pass, until the step ends. The run
+  length adapts as transformers' assisted generation does (+2 when all were kept, -1 otherwise).
+
+Both end with each cache holding the committed ids (or with them pending), never re-encoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from specguard_core.engine.chat import forced_call_prefix
+from specguard_core.engine.handle import CacheState, ModelHandle, TentativePass
+from specguard_core.engine.proposer import (
+    Proposal,
+    SampleSpec,
+    StepText,
+    nucleus_probs,
+    propose,
+    sample_with_probs,
+)
+from specguard_core.engine.request import Request, Step
+from specguard_core.engine.selector import Selector
+from specguard_core.engine.speculative import accepted_prefix, next_token
+
+Convert = Callable[[list[int], ModelHandle, ModelHandle], list[int]]
+
+
+def generated(proposal: Proposal) -> int:
+    """Draft tokens the proposal produced, all rows."""
+    return sum(len(c.token_ids) for c in proposal.candidates)
+
+
+def regenerate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: Proposal,
+               selector: Selector, convert: Convert) -> Step:
+    """Discard the draft's proposal and let the target write this step."""
+    proposal.discard()
+    target.catch_up(req.target)
+    prior, prior_ids = "", []
+    if req.required and not req.in_think:  # enforce the tool choice: start the call for it
+        prior = forced_call_prefix(req.required)
+        prior_ids = target.encode(prior)
+        target.extend(req.target, prior_ids)
+    cfg = req.cfg
+    sample = cfg.fallback == "sample"
+    k = cfg.fallback_k if sample else 1
+    spec = SampleSpec(k, cfg.temperature if sample else 0.0, cfg.top_p,
+                      max(1, req.budget(req.target)), req.rules, None,
+                      hidden=k > 1 and selector.mode == "hidden")
+    written = propose(target, req.target, spec, req.generator, prior)
+    i = selector.select(written.candidates)
+    cand = written.candidates[i]
+    written.keep(i)
+    req.draft.pending += convert(prior_ids + cand.fed, target, draft)
+    return Step(prior_ids + cand.token_ids, prior + cand.text, "target", cand.end == "eos", k,
+                path="regenerated", draft_generated=generated(proposal))
+
+
+def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: Proposal,
+              pick: int, first: TentativePass) -> Step:
+    """Finish this step with token-level speculative decoding, starting from the target's pass
+    `first` over candidate `pick` (same vocabulary). Greedy when temperature is 0, else exact
+    speculative sampling of the target's distribution."""
+    cfg, gen = req.cfg, req.generator
+    temp, top_p = cfg.temperature, cfg.top_p
+    cand = proposal.candidates[pick]
+    text = StepText(target, req.rules, max(1, req.budget(req.target)))
+    m = accepted_prefix(first.logits, cand.token_ids, cand.sample_probs, temp, top_p, gen)
+    proposal.keep(pick, m)
+    q = None
+    if m < len(cand.token_ids) and temp > 0:  # the draft's distribution where it was rejected
+        q = nucleus_probs(draft.next_logits(req.draft), temp, top_p)
+    nxt = next_token(first.logits[m], temp, top_p, gen, q) if m < len(first.logits) else None
+    n_in = _push(text, cand.token_ids[:m], nxt)
+    verified = min(n_in, m)
+    first.keep(min(verified, len(first.ids)))
+    draft.rollback(req.draft, len(req.draft.ids) - (min(m, cand.n_fed) - min(verified, cand.n_fed)))
+    _pend(draft, target, req, nxt if n_in > m else None)
+    made, written = generated(proposal), verified
+    while text.end is None:
+        draft.catch_up(req.draft)
+        n0 = len(req.draft.ids)
+        toks, q_x, q_logits = _draft_run(draft, req.draft, min(req.draft_run, text.max_tokens
+                                                              - len(text.token_ids)), req)
+        made += len(toks)
+        feed = toks[:-1] if toks[-1] in draft.eos_ids else toks
+        tpass = target.try_tokens(req.target, feed)
+        m = accepted_prefix(tpass.logits, toks, q_x, temp, top_p, gen)
+        grow = m == len(toks)
+        req.draft_run = min(cfg.sd_max_draft_tokens, req.draft_run + 2) if grow else \
+            max(1, req.draft_run - 1)
+        q = nucleus_probs(q_logits[m], temp, top_p) if m < len(toks) and temp > 0 else None
+        nxt = next_token(tpass.logits[m], temp, top_p, gen, q) if m < len(tpass.logits) else None
+        n_in = _push(text, toks[:m], nxt)
+        kept = min(n_in, m)
+        written += kept
+        tpass.keep(min(kept, len(feed)))
+        n_fed = len(toks) - 1  # the last drafted token was never fed to the draft
+        if kept <= n_fed:
+            draft.rollback(req.draft, n0 + kept)
+        elif toks[-1] not in draft.eos_ids:
+            req.draft.pending.append(toks[-1])
+        _pend(draft, target, req, nxt if n_in > m else None)
+    dropped = text.trim() if text.end == "budget" else 0
+    if dropped:  # never end mid-character: both models forget the unfinished character
+        target.unwind(req.target, dropped)
+        draft.unwind(req.draft, dropped)
+        written = min(written, len(text.token_ids))
+    return Step(text.token_ids, text.text, "target", text.end == "eos", len(proposal.candidates),
+                path="target-verified", verified_prefix=verified, draft_written=written,
+                draft_generated=made)
+
+
+def _push(text: StepText, accepted: list[int], nxt: int | None) -> int:
+    """Add the kept draft tokens and the target's own next token to the step until it ends;
+    returns how many entered it."""
+    n = 0
+    for tok in accepted + ([] if nxt is None else [nxt]):
+        if text.add(tok) == "before":
+            break
+        n += 1
+        if text.end is not None:
+            break
+    return n
+
+
+def _pend(draft: ModelHandle, target: ModelHandle, req: Request, tok: int | None) -> None:
+    """The target's own token joined the step: both models encode it with their next pass."""
+    if tok is not None and tok not in target.eos_ids:
+        req.target.pending.append(tok)
+        req.draft.pending.append(tok)
+
+
+def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
+               ) -> tuple[list[int], list[float], list[torch.Tensor]]:
+    """The draft proposes up to `g` tokens after its committed prefix (stopping at EOS): (tokens,
+    their sampling probabilities q(x), the draft's logits `[V]` at each). All but the last are fed
+    (committed here; the caller rolls back what the target rejects)."""
+    toks: list[int] = []
+    probs: list[float] = []
+    rows: list[torch.Tensor] = []
+    for j in range(max(1, g)):
+        logits = draft.next_logits(state)  # [V]
+        tok, prob = sample_with_probs(logits[None], req.cfg.temperature, req.cfg.top_p,
+                                      req.generator)
+        t, p = torch.stack([tok[0].to(prob.dtype), prob[0]]).tolist()  # one transfer per token
+        toks.append(int(t))
+        probs.append(p)
+        rows.append(logits)
+        if int(t) in draft.eos_ids or j == g - 1:
+            break
+        draft.extend(state, [int(t)])
+    return toks, probs, rows

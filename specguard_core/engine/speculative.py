@@ -1,0 +1,64 @@
+"""Token-level acceptance rules on a target pass (pure tensor maths: logits in, decisions out).
+
+- `accepted_prefix`: how many of the draft's tokens the target keeps. Greedy (temperature 0): tokens
+  equal to the target's argmax. Sampling: the speculative-sampling rule (Leviathan et al. 2023, Chen
+  et al. 2023): keep token x with probability min(1, p(x) / q(x)).
+- `next_token`: the target's own token after the kept prefix: its argmax (greedy), a sample of the
+  residual norm(max(0, p - q)) after a rejection, or of p after a fully kept run, so the output is
+  distributed exactly as the target's own sampling.
+- `typical_accept`: Medusa's typical acceptance (Cai et al. 2024): every token must have target
+  probability p >= min(eps, delta * exp(-H)), H the entropy of the target's distribution there.
+
+`p` is the target's distribution after the request's temperature and top-p (`nucleus_probs`), `q` the
+distribution the draft sampled the token from.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specguard_core.engine.proposer import nucleus_probs
+
+
+def accepted_prefix(target_logits: torch.Tensor, ids: list[int], q_of_ids: list[float],
+                    temperature: float, top_p: float, generator: torch.Generator) -> int:
+    """`target_logits: [>=T, V]` (row i predicts `ids[i]`), `q_of_ids: [T]` -> kept tokens m <= T."""
+    n = len(ids)
+    if n == 0:
+        return 0
+    if temperature == 0:
+        agree = (target_logits[:n].argmax(-1) == torch.tensor(ids, device=target_logits.device))
+        return int(agree.long().cumprod(0).sum())  # one host sync
+    p = nucleus_probs(target_logits[:n], temperature, top_p)  # [T, V]
+    p_x = p.gather(-1, torch.tensor(ids, device=p.device)[:, None])[:, 0]  # [T]
+    u = torch.rand(n, generator=generator, device=generator.device).to(p.device)
+    q = torch.tensor(q_of_ids, device=p.device).clamp_min(1e-20)
+    keep = (u < p_x / q).long()  # [T]
+    return int(keep.cumprod(0).sum())
+
+
+def next_token(target_logits: torch.Tensor, temperature: float, top_p: float,
+               generator: torch.Generator, draft_q: torch.Tensor | None = None) -> int:
+    """The target's token from `target_logits: [V]`; `draft_q: [V]` is the draft's distribution at
+    this position when the draft's token here was rejected (sample the residual), else None."""
+    if temperature == 0:
+        return int(target_logits.argmax())
+    p = nucleus_probs(target_logits, temperature, top_p)  # [V]
+    if draft_q is not None:
+        residual = (p - draft_q.to(p.device)).clamp_min(0.0)
+        if float(residual.sum()) > 0:  # p == q leaves nothing: then no token was rejectable
+            p = residual / residual.sum()
+    pick = torch.multinomial(p.to(generator.device)[None], 1, generator=generator)
+    return int(pick[0, 0])
+
+
+def typical_accept(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float) -> bool:
+    """`target_logits: [>=T, V]` (row i predicts `ids[i]`): every token passes
+    p >= min(eps, delta * exp(-H)) under the target's raw (temperature-1) distribution."""
+    if not ids:
+        return True
+    logp = torch.log_softmax(target_logits[: len(ids)].float(), dim=-1)  # [T, V]
+    entropy = -(logp.exp() * logp).sum(-1)  # [T]
+    p_x = logp.gather(-1, torch.tensor(ids, device=logp.device)[:, None])[:, 0].exp()  # [T]
+    bound = torch.minimum(torch.full_like(entropy, eps), delta * torch.exp(-entropy))
+    return bool((p_x >= bound).all())

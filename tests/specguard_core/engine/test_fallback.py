@@ -1,0 +1,109 @@
+"""The speculative fallback on tiny random models: greedy exactness, no re-encoding, cancelling."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from specguard_core import SpecGuardConfig, SpecGuardEngine
+from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
+from tests.specguard_core.engine.test_engine import GREEDY, QUESTION, all_ids, reference
+
+SD = dict(GREEDY, fallback="speculative")
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> SpecGuardEngine:
+    """A pair that partly disagrees (the conftest `tiny_pair` repeats one token from both models)."""
+    pair = noisy_copy_pair(tmp_path_factory.mktemp("noisy"))
+    return SpecGuardEngine(*pair, config=SpecGuardConfig(**SD))
+
+
+def test_tiny_pair_exactness(tiny_pair: tuple[Any, Any, Any, Any]) -> None:
+    eng = SpecGuardEngine(*tiny_pair, config=SpecGuardConfig(**SD))
+    prompt = eng.prompt_ids(QUESTION)
+    assert all_ids(eng.generate(QUESTION, tau=math.inf)) == reference(eng.target.model, prompt, 48)
+    assert all_ids(eng.generate(QUESTION, tau=-math.inf)) == reference(eng.draft.model, prompt, 48)
+
+
+def test_always_reject_is_target_greedy_token_for_token(engine: SpecGuardEngine) -> None:
+    result = engine.generate(QUESTION, tau=math.inf)
+    assert all_ids(result) == reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
+    assert all(s.path == "target-verified" and s.source == "target" for s in result.steps)
+    assert reference(engine.draft.model, engine.prompt_ids(QUESTION), 48) != all_ids(result)
+    s = result.stats
+    assert s.steps_target_verified == s.steps == s.steps_regenerated
+    assert 0 < s.draft_tokens < s.target_tokens  # the target kept some draft tokens, not all
+    # verification passes replace per-token decoding: the target never decodes a token alone
+    assert s.target.decoded <= len(result.steps)
+    assert s.target_forward_passes == s.target.forward_calls
+    assert s.tokens_per_target_forward is not None and s.tokens_per_target_forward > 0
+
+
+def test_always_accept_is_draft_greedy(engine: SpecGuardEngine) -> None:
+    result = engine.generate(QUESTION, tau=-math.inf)
+    assert all_ids(result) == reference(engine.draft.model, engine.prompt_ids(QUESTION), 48)
+    assert all(s.path == "kept" for s in result.steps)
+    assert result.stats.target.forward_calls == 0
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_caches_never_reencode(engine: SpecGuardEngine, mixed: bool) -> None:
+    tau = math.inf
+    if mixed:  # the median draft score: some steps kept, some through the fallback
+        scores = sorted(s.score for s in engine.generate(QUESTION, tau=-math.inf).steps
+                        if s.score is not None)
+        tau = scores[len(scores) // 2]
+    result = engine.generate(QUESTION, tau=tau)
+    paths = [s.path for s in result.steps]
+    assert ("kept" in paths) == mixed and "target-verified" in paths
+    t, prompt = result.stats.target, result.usage.prompt_tokens
+    last = max(i for i, p in enumerate(paths) if p != "kept")
+    kept = sum(len(s.token_ids) for s in result.steps[:last] if s.path == "kept")
+    # prefill covers at most the prompt and catch-ups of kept draft steps; every other target
+    # token went through one verification pass; after its last pass the target's cache holds
+    # exactly the output so far (its own last token may still be pending)
+    assert t.prefilled <= prompt + kept  # the prompt may ride along in the first verification
+    held = t.prefilled + t.decoded + t.tentative - t.discarded
+    upto = prompt + len([x for s in result.steps[: last + 1] for x in s.token_ids
+                         if x not in engine.target.eos_ids])
+    assert upto - 1 <= held <= upto
+    d = result.stats.draft
+    assert d.prefilled <= prompt + result.usage.completion_tokens  # catch-ups only, no re-prefill
+
+
+def test_sampling_mode_runs_and_is_seeded(engine: SpecGuardEngine) -> None:
+    run = dict(k=2, temperature=0.8, tau=0.5, max_new_tokens=30, seed=3)
+    a, b = engine.generate(QUESTION, **run), engine.generate(QUESTION, **run)
+    assert all_ids(a) == all_ids(b)
+    assert a.usage.completion_tokens == len(all_ids(a)) <= 30
+    assert a.stats.draft_tokens + a.stats.target_tokens == a.usage.completion_tokens
+
+
+def test_cancelling_mid_fallback_leaves_the_engine_usable(engine: SpecGuardEngine) -> None:
+    stream = engine.stream(QUESTION, tau=math.inf)
+    first = next(stream)
+    assert first.path == "target-verified"
+    stream.close()
+    again = engine.generate(QUESTION, tau=math.inf)  # lock released, fresh state
+    assert all_ids(again) == reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
+
+
+def test_heterogeneous_flag_keeps_the_regenerate_path(tiny_pair: tuple[Any, Any, Any, Any]) -> None:
+    from specguard_core import EngineConfig
+
+    eng = SpecGuardEngine(*tiny_pair, config=SpecGuardConfig(**SD),
+                          engine_config=EngineConfig(heterogeneous=True))
+    eng.same_vocab = False  # a shared tokenizer, but treated as a heterogeneous pair
+    result = eng.generate(QUESTION, tau=math.inf)
+    assert all(s.path == "regenerated" for s in result.steps)
+    assert all_ids(result) == reference(eng.target.model, eng.prompt_ids(QUESTION), 48)
+
+
+def test_old_fallbacks_still_selectable(engine: SpecGuardEngine) -> None:
+    greedy = engine.generate(QUESTION, tau=math.inf, fallback="greedy")
+    assert all(s.path == "regenerated" for s in greedy.steps)
+    assert greedy.stats.target.tentative == 0
+    assert all_ids(greedy) == reference(engine.target.model, engine.prompt_ids(QUESTION), 48)

@@ -1,0 +1,40 @@
+"""The speculative fallback on the default real pair, float32 (opt-in: SPECGUARD_REAL_MODELS=1 with
+the pair cached; `specguard models fetch`). With tau=+inf and greedy settings the output must equal
+the target's own greedy output token for token."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from specguard_core import SpecGuardConfig, SpecGuardEngine
+from specguard_core.models.registry import resolve
+
+pytestmark = pytest.mark.real
+QUESTION = "Natalia sold 48 clips in April and half as many in May. How many in total? Reason step by step."
+
+
+def _real_paths() -> tuple[str, str]:
+    if os.environ.get("SPECGUARD_REAL_MODELS") != "1":
+        pytest.skip("real-model tests are opt-in: set SPECGUARD_REAL_MODELS=1")
+    draft, target = resolve("qwen0.5b"), resolve("qwen1.5b")
+    if not (Path(draft).exists() and Path(target).exists()):
+        pytest.skip("the default pair is not cached; run `specguard models fetch`")
+    return draft, target
+
+
+def test_speculative_fallback_equals_target_greedy_on_the_real_pair() -> None:
+    draft, target = _real_paths()
+    engine = SpecGuardEngine.from_pretrained(
+        draft, target, device="cpu", dtype="float32", progress=False,
+        config=SpecGuardConfig(k=1, temperature=0.0, max_new_tokens=64, fallback="speculative"))
+    result = engine.generate(QUESTION, tau=math.inf)
+    prompt = engine.prompt_ids(QUESTION)
+    ref = engine.target.model.generate(torch.tensor([prompt]), max_new_tokens=64, do_sample=False)
+    assert [t for s in result.steps for t in s.token_ids] == ref[0, len(prompt):].tolist()
+    s = result.stats
+    assert s.tokens_per_target_forward is not None and s.tokens_per_target_forward > 1.5

@@ -1,0 +1,38 @@
+"""`sample_tokens`: the shortlist path draws from the exact nucleus distribution (statistical test)."""
+
+from __future__ import annotations
+
+import torch
+
+from specguard_core.engine.proposer import nucleus_probs, sample_tokens, sample_with_probs
+from tests.specguard_core.engine.stats_helpers import chi_square_p
+
+
+def _logits(vocab: int = 20000, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(vocab, generator=g)
+    logits[:40] += torch.linspace(10.0, 7.0, 40)  # a head the nucleus lives in, a long tail
+    return logits
+
+
+def test_shortlist_path_keeps_the_nucleus_distribution() -> None:
+    logits, temp, top_p = _logits(), 0.9, 0.8
+    exact = nucleus_probs(logits, temp, top_p)  # [V]
+    top = torch.softmax(logits / temp, -1).topk(1024).values.sum()
+    assert float(top) >= top_p  # so sample_tokens takes the shortlist path
+    n = 40000
+    tokens = sample_tokens(logits.expand(n, -1), temp, top_p, torch.Generator().manual_seed(1))
+    counts = torch.bincount(tokens, minlength=logits.shape[0]).double()
+    assert chi_square_p(counts, exact) > 1e-3
+    shifted = nucleus_probs(logits, temp, 0.95)  # a slightly wider nucleus must be told apart
+    assert chi_square_p(counts, shifted) < 1e-6
+
+
+def test_full_sort_fallback_and_reported_probabilities() -> None:
+    logits, temp, top_p = torch.zeros(3000), 1.0, 0.9  # flat: the shortlist holds < top_p
+    tokens, probs = sample_with_probs(logits.expand(500, -1), temp, top_p,
+                                      torch.Generator().manual_seed(2))
+    exact = nucleus_probs(logits, temp, top_p)
+    assert torch.allclose(probs, exact[tokens].float(), rtol=1e-3)
+    greedy, ones = sample_with_probs(_logits()[None], 0.0, 1.0, torch.Generator())
+    assert int(greedy) == int(_logits().argmax()) and float(ones) == 1.0

@@ -1,0 +1,60 @@
+"""`Request`'s stop handling on a scripted pair: eos, stop strings (one spanning two steps),
+max_new_tokens, max_steps, a tool call without its closer."""
+
+from __future__ import annotations
+
+import pytest
+
+from specguard_core import SpecGuardConfig
+from specguard_core.engine.loop import SpecGuardEngine
+from specguard_core.testing import scripted_engine
+from tests.fixtures import WEATHER
+
+SCRIPT = "Alpha one.\n\nBeta two.\n\nGamma three.\n\nDelta four."
+
+
+@pytest.fixture(scope="module")
+def engine() -> SpecGuardEngine:
+    return scripted_engine(lambda prompt: SCRIPT)
+
+
+def test_eos_ends_with_stop(engine: SpecGuardEngine) -> None:
+    result = engine.generate("Go")
+    assert result.raw_text == SCRIPT and result.finish_reason == "stop"
+    assert result.steps[-1].token_ids[-1] in engine.target.eos_ids
+
+
+def test_stop_string_inside_one_step(engine: SpecGuardEngine) -> None:
+    result = engine.generate("Go", stop=("two",))
+    assert result.finish_reason == "stop"
+    assert result.raw_text == "Alpha one.\n\nBeta "
+    assert len(result.steps) == 2  # stopped at the step that contains it
+
+
+def test_stop_string_spanning_two_steps(engine: SpecGuardEngine) -> None:
+    result = engine.generate("Go", stop=("one.\n\nBeta",))
+    steps = [s.text for s in result.steps]
+    assert "one.\n\nBeta" not in steps[0] and "one.\n\nBeta" not in steps[1]  # really split
+    assert result.finish_reason == "stop" and len(result.steps) == 2
+    assert result.raw_text == "Alpha "
+
+
+def test_max_new_tokens(engine: SpecGuardEngine) -> None:
+    result = engine.generate("Go", max_new_tokens=5)
+    assert result.finish_reason == "length" and result.usage.completion_tokens == 5
+
+
+def test_max_steps(engine: SpecGuardEngine) -> None:
+    result = engine.generate("Go", max_steps=2)
+    assert result.finish_reason == "max_steps" and len(result.steps) == 2
+    assert result.raw_text == "Alpha one.\n\nBeta two.\n\n"
+
+
+def test_tool_call_without_closer_stops() -> None:
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\nI made up a result.'
+    eng = scripted_engine(lambda prompt: "Let me check.\n\n" + call,
+                          config=SpecGuardConfig(k=1, temperature=0.0, max_new_tokens=256))
+    result = eng.generate("Weather?", tools=[WEATHER])
+    assert result.finish_reason == "tool_calls"
+    assert [c.name for c in result.tool_calls] == ["get_weather"]
+    assert "made up" not in result.raw_text  # nothing after the unclosed call is generated

@@ -1,0 +1,59 @@
+"""The acceptance rules: speculative sampling keeps the target's distribution (a statistical test on
+a tiny model's logits), greedy acceptance, Medusa's typical acceptance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from specguard_core.engine.proposer import nucleus_probs, sample_with_probs
+from specguard_core.engine.speculative import accepted_prefix, next_token, typical_accept
+from tests.specguard_core.engine.stats_helpers import chi_square_p
+
+
+def _next_logits(model: Any, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0, -1].float()  # [V]
+
+
+def test_speculative_sampling_keeps_the_target_distribution(
+        tiny_pair: tuple[Any, Any, Any, Any]) -> None:
+    draft, tok, target, _ = tiny_pair
+    ids = tok("The answer is", add_special_tokens=False)["input_ids"]
+    temp, top_p = 0.05, 0.95  # tiny random models are nearly flat: a low temperature peaks them
+    p_logits, q_logits = _next_logits(target, ids), _next_logits(draft, ids)
+    p, q = nucleus_probs(p_logits, temp, top_p), nucleus_probs(q_logits, temp, top_p)
+    assert float((p - q).abs().sum()) / 2 > 0.2  # the two really differ
+    gen = torch.Generator().manual_seed(0)
+    n, counts, accepted = 6000, torch.zeros_like(p), 0
+    rows = torch.stack([p_logits, p_logits])  # [2, V]: row 0 judges the draft token
+    for _ in range(n):
+        x, qx = sample_with_probs(q_logits[None], temp, top_p, gen)
+        m = accepted_prefix(rows, [int(x)], [float(qx)], temp, top_p, gen)
+        out = int(x) if m == 1 else next_token(p_logits, temp, top_p, gen, draft_q=q)
+        accepted += m
+        counts[out] += 1
+    assert 0 < accepted < n
+    assert chi_square_p(counts, p) > 1e-3
+    assert chi_square_p(counts, q) < 1e-6  # the test can tell the draft's distribution apart
+
+
+def test_greedy_acceptance_keeps_the_agreeing_prefix() -> None:
+    logits = torch.full((4, 5), -1.0)
+    for row, best in enumerate([2, 0, 4, 1]):
+        logits[row, best] = 1.0
+    gen = torch.Generator()
+    assert accepted_prefix(logits, [2, 0, 3], [1.0] * 3, 0.0, 1.0, gen) == 2
+    assert next_token(logits[2], 0.0, 1.0, gen) == 4
+    assert accepted_prefix(logits, [2, 0, 4], [1.0] * 3, 0.0, 1.0, gen) == 3
+    assert accepted_prefix(logits, [1], [1.0], 0.0, 1.0, gen) == 0
+
+
+def test_typical_acceptance_threshold() -> None:
+    peaked = torch.tensor([[5.0, 0.0, 0.0, 0.0]])  # low entropy: bound ~ min(eps, delta*e^-H)
+    flat = torch.zeros(1, 4)  # H = log 4: bound = min(0.09, 0.3 / 4) = 0.075 < 0.25
+    assert typical_accept(peaked, [0], 0.09, 0.3)
+    assert not typical_accept(peaked, [1], 0.09, 0.3)  # p(1) ~ 0.0066
+    assert typical_accept(flat, [3], 0.09, 0.3)
+    assert not typical_accept(flat, [3], 0.3, 2.0)  # bound = min(0.3, 0.5) > 0.25
