@@ -24,6 +24,7 @@ from langchain_core.messages import (
 from pydantic import BaseModel, Field
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
+from specguard_core.config import PRESETS
 from specguard_core.testing import build_tokenizer, scripted_engine
 from specguard_integrations.langchain import (
     ChatSpecGuard,
@@ -156,7 +157,7 @@ def test_settings_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {key: first[key] for key in ("k", "temperature", "max_new_tokens", "stop", "tau",
                                         "max_step_tokens", "fallback")} == {
         "k": 3, "temperature": 0, "max_new_tokens": 50, "stop": ("zzz",), "tau": 0.5,
-        "max_step_tokens": 64, "fallback": "greedy"}
+        "max_step_tokens": 64, "fallback": PRESETS["fast"]["fallback"]}
     assert (first["tool_choice"], first["tools"]) == ("auto", [])
     assert second["tool_choice"] == "add" and [t["function"]["name"] for t in second["tools"]] \
         == ["add", "other"]
