@@ -65,15 +65,19 @@ def regenerate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: 
 
 
 def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: Proposal,
-              pick: int, first: TentativePass) -> Step:
+              pick: int, first: TentativePass, checked: int = 0) -> Step:
     """Finish this step with token-level speculative decoding, starting from the target's pass
     `first` over candidate `pick` (same vocabulary). Greedy when temperature is 0, else exact
-    speculative sampling of the target's distribution."""
+    speculative sampling of the target's distribution. `checked` leading tokens passed the
+    target's typical-acceptance check and are kept too (greedy mode; 0 when unchecked), so a
+    failed check keeps everything before its first failing token."""
     cfg, gen = req.cfg, req.generator
     temp, top_p = cfg.temperature, cfg.top_p
     cand = proposal.candidates[pick]
     text = StepText(target, req.rules, max(1, req.budget(req.target)))
     m = accepted_prefix(first.logits, cand.token_ids, cand.sample_probs, temp, top_p, gen)
+    if temp == 0:
+        m = max(m, min(checked, len(cand.token_ids)))
     proposal.keep(pick, m)
     q = None
     if m < len(cand.token_ids) and temp > 0:  # the draft's distribution where it was rejected

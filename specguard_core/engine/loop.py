@@ -37,7 +37,7 @@ from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, prop
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.signals import percentile_bounds
-from specguard_core.engine.speculative import typical_accept
+from specguard_core.engine.speculative import typical_prefix
 from specguard_core.engine.steps import StepRules, step_kind
 from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
 from specguard_core.models.loading import check_pair
@@ -245,11 +245,14 @@ class SpecGuardEngine:
             with timed("score"):
                 verdict, tpass = self._score(req, draft_step, kind[0])
             path: StepPath | None = "kept" if verdict.route == "keep" else None
+            passed = 0  # leading draft tokens the target's check passed
             if verdict.route == "check":
                 with timed("target_check"):
                     tpass = tpass or self._target_pass(req, draft_step)
-                    if typical_accept(tpass.logits, self._checked_ids(draft_step, tpass),
-                                      cfg.typical_eps, cfg.typical_delta):
+                    checked = self._checked_ids(draft_step, tpass)
+                    passed = typical_prefix(tpass.logits, checked, cfg.typical_eps,
+                                            cfg.typical_delta)
+                    if passed == len(checked):
                         path = "target-checked"
                     else:
                         verdict = replace(verdict, reason="the target's check failed")
@@ -257,7 +260,7 @@ class SpecGuardEngine:
                 step = self._keep(req, proposal, pick, tpass, verdict, kind, path)
             else:
                 with timed("fallback"):
-                    step = self._fall_back(req, proposal, pick, selector, tpass)
+                    step = self._fall_back(req, proposal, pick, selector, tpass, passed)
             yield req.commit(step, verdict, timed, draft_step.text)
 
     def _draft_spec(self, req: Request, selector: Selector) -> SampleSpec:
@@ -314,13 +317,14 @@ class SpecGuardEngine:
                     draft_generated=generated(proposal))
 
     def _fall_back(self, req: Request, proposal: Proposal, pick: int, selector: Selector,
-                   tpass: TentativePass | None) -> Step:
+                   tpass: TentativePass | None, passed: int = 0) -> Step:
         """Speculative fallback when configured and possible (same vocabulary, no forced tool-call
-        prefix); else the target regenerates the step."""
+        prefix), keeping at least the `passed` tokens the target's check accepted; else the target
+        regenerates the step."""
         forced = req.required is not None and not req.in_think
         if req.cfg.fallback == "speculative" and self.same_vocab and not forced:
             tpass = tpass or self._target_pass(req, proposal.candidates[pick])
-            return speculate(self.draft, self.target, req, proposal, pick, tpass)
+            return speculate(self.draft, self.target, req, proposal, pick, tpass, passed)
         if tpass is not None:
             tpass.discard()
         return regenerate(self.draft, self.target, req, proposal, selector, self._convert)

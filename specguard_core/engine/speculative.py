@@ -55,10 +55,15 @@ def next_token(target_logits: torch.Tensor, temperature: float, top_p: float,
 def typical_accept(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float) -> bool:
     """`target_logits: [>=T, V]` (row i predicts `ids[i]`): every token passes
     p >= min(eps, delta * exp(-H)) under the target's raw (temperature-1) distribution."""
+    return typical_prefix(target_logits, ids, eps, delta) == len(ids)
+
+
+def typical_prefix(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float) -> int:
+    """How many leading tokens of `ids` pass the typical-acceptance bound (all: `len(ids)`)."""
     if not ids:
-        return True
+        return 0
     logp = torch.log_softmax(target_logits[: len(ids)].float(), dim=-1)  # [T, V]
     entropy = -(logp.exp() * logp).sum(-1)  # [T]
     p_x = logp.gather(-1, torch.tensor(ids, device=logp.device)[:, None])[:, 0].exp()  # [T]
     bound = torch.minimum(torch.full_like(entropy, eps), delta * torch.exp(-entropy))
-    return bool((p_x >= bound).all())
+    return int((p_x >= bound).long().cumprod(0).sum())  # one host sync

@@ -57,3 +57,12 @@ def test_typical_acceptance_threshold() -> None:
     assert not typical_accept(peaked, [1], 0.09, 0.3)  # p(1) ~ 0.0066
     assert typical_accept(flat, [3], 0.09, 0.3)
     assert not typical_accept(flat, [3], 0.3, 2.0)  # bound = min(0.3, 0.5) > 0.25
+
+
+def test_typical_prefix_counts_leading_passes() -> None:
+    from specguard_core.engine.speculative import typical_prefix
+
+    logits = torch.tensor([[5.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0]])
+    assert typical_prefix(logits, [0, 3, 1], 0.09, 0.3) == 2  # third token: p ~ 0.0066 fails
+    assert typical_prefix(logits, [1, 3, 0], 0.09, 0.3) == 0
+    assert typical_prefix(logits, [0, 3, 0], 0.09, 0.3) == 3
