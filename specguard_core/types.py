@@ -8,6 +8,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+
+class Cancelled(Exception):
+    """Raised inside the engine when a request's stream was closed; ends the request quietly."""
+
+
 StepSource = Literal["draft", "target"]
 StepKind = Literal["reasoning", "answer", "tool_call"]
 # kept: the draft's step on its score alone; target-checked: the draft's step after the target's

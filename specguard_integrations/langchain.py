@@ -8,7 +8,6 @@ and scores in `response_metadata["specguard_steps"]`). All of the algorithm live
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from operator import itemgetter
@@ -69,28 +68,25 @@ class _Run:
     `max_calls=1` (`parallel_tool_calls=False`) keeps only the first tool call."""
 
     def __init__(self, start: Callable[[], tuple[GenerationStream, tuple[str, ...]]],
-                 timeout: float | None, max_calls: int | None = None) -> None:
-        self._start, self._timeout, self._max_calls = start, timeout, max_calls
+                 max_calls: int | None = None) -> None:
+        self._start, self._max_calls = start, max_calls
         self.stream: GenerationStream | None = None
         self.result: GenerationResult | None = None
 
     def chunks(self) -> Generator[ChatGenerationChunk, None, None]:
-        deadline = time.monotonic() + self._timeout if self._timeout else None
         stream, stops = self._start()
         self.stream = stream
         translator = Translator(stops, self._max_calls)
         try:
             for step in stream:
                 yield ChatGenerationChunk(message=translator.chunk(step))
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"SpecGuard generation exceeded timeout={self._timeout}s")
             self.result = stream.result
             yield ChatGenerationChunk(message=final_chunk(stream.result))
         finally:
             stream.close()
 
     def cancel(self) -> None:
-        """Stop the engine at the next step boundary (safe from any thread)."""
+        """Stop the engine within one forward pass (safe from any thread)."""
         if self.stream is not None:
             self.stream.close()
 
@@ -118,8 +114,8 @@ class ChatSpecGuard(BaseChatModel):
     `preset=` is the base of every call, then the knob fields, then per-call keywords
     (`model.invoke(x, k=8, tau=0.6)`, any `SpecGuardConfig` field). An unknown argument is an error.
 
-    `timeout` is checked between steps; `max_retries` is accepted for compatibility (local
-    generation has no transient failures to retry).
+    `timeout` bounds the whole call (the engine stops within one forward pass); `max_retries` is
+    accepted for compatibility (local generation has no transient failures to retry).
     """
 
     injected_engine: SpecGuardEngine | None = Field(default=None, alias="engine", exclude=True)
@@ -311,10 +307,11 @@ class ChatSpecGuard(BaseChatModel):
             self._check_model(requested, engine)
             cfg = self._config(engine, call, stop)
             stream = engine.stream(converted, tools=tools, tool_choice=choice,
-                                   response_format=response_format, config=cfg)
+                                   response_format=response_format, config=cfg,
+                                   timeout=self.timeout)
             return stream, cfg.stop
 
-        return _Run(start, self.timeout, max_calls=1 if parallel is False else None)
+        return _Run(start, max_calls=1 if parallel is False else None)
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,

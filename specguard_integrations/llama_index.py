@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import warnings
 from collections.abc import AsyncGenerator, Generator, Sequence
 from contextlib import aclosing
@@ -90,26 +89,20 @@ if TYPE_CHECKING:
 __all__ = ["SpecGuardLLM", "to_engine_messages", "tool_selections", "trace"]
 
 
-def _until(stream: GenerationStream, timeout: float | None) -> Generator[StepRecord, None, None]:
-    """The stream's steps; past `timeout` seconds (checked between steps) a TimeoutError, and the
-    stream is closed (the engine stops at the step boundary)."""
-    deadline = time.monotonic() + timeout if timeout else None
+def _until(stream: GenerationStream) -> Generator[StepRecord, None, None]:
+    """The stream's steps; leaving early closes the stream (the engine stops within one forward
+    pass). The engine enforces the timeout (`engine.stream(..., timeout=)`)."""
     with stream:
-        for step in stream:
-            yield step
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"SpecGuard generation exceeded timeout={timeout}s")
+        yield from stream
 
 
-def _asteps(stream: GenerationStream, timeout: float | None) -> AsyncGenerator[StepRecord, None]:
+def _asteps(stream: GenerationStream) -> AsyncGenerator[StepRecord, None]:
     """The stream's steps from a worker thread; closing the generator stops the engine."""
-    return iterate_in_thread(lambda: _until(stream, timeout), stream.close,
-                             name="specguard-llama-index")
+    return iterate_in_thread(lambda: _until(stream), stream.close, name="specguard-llama-index")
 
 
-def _stream_responses(stream: GenerationStream, turn: Turn, timeout: float | None
-                      ) -> ChatResponseGen:
-    steps = _until(stream, timeout)
+def _stream_responses(stream: GenerationStream, turn: Turn) -> ChatResponseGen:
+    steps = _until(stream)
     try:  # leaving early (close, garbage collection) stops the engine
         for step in steps:
             yield turn.add(step)
@@ -119,9 +112,8 @@ def _stream_responses(stream: GenerationStream, turn: Turn, timeout: float | Non
         yield final
 
 
-async def _astream_responses(stream: GenerationStream, turn: Turn, timeout: float | None
-                             ) -> ChatResponseAsyncGen:
-    async with aclosing(_asteps(stream, timeout)) as steps:
+async def _astream_responses(stream: GenerationStream, turn: Turn) -> ChatResponseAsyncGen:
+    async with aclosing(_asteps(stream)) as steps:
         async for step in steps:
             yield turn.add(step)
     if (final := turn.finish(stream.result)) is not None:
@@ -152,7 +144,8 @@ class SpecGuardLLM(FunctionCallingLLM):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stop: list[str] | None = Field(default=None)
     seed: int | None = Field(default=None)
-    timeout: float | None = Field(default=None, gt=0, description="seconds, checked per step")
+    timeout: float | None = Field(default=None, gt=0, description="seconds for the whole call "
+                                  "(the engine stops within one forward pass)")
     k: int | None = Field(default=None, ge=1, description="draft candidates per step")
     tau: float | None = Field(default=None, description="acceptance threshold")
     beta: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -260,7 +253,8 @@ class SpecGuardLLM(FunctionCallingLLM):
     def _open(self, request: dict[str, Any]) -> GenerationStream:
         engine = self.engine
         args = {k: v for k, v in request.items() if k != "options"}
-        return engine.stream(**args, config=self._config(engine, request["options"]))
+        return engine.stream(**args, config=self._config(engine, request["options"]),
+                             timeout=self.timeout)
 
     def _open_turn(self, request: dict[str, Any]) -> tuple[GenerationStream, Turn]:
         stream = self._open(request)
@@ -271,18 +265,18 @@ class SpecGuardLLM(FunctionCallingLLM):
     # ---- chat: undecorated bodies, so that complete() is one LLM event, not two ------------
     def _chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         stream = self._open(self._request(messages, kwargs))
-        for _ in _until(stream, self.timeout):
+        for _ in _until(stream):
             pass
         return chat_response(stream.result)
 
     def _stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         stream, turn = self._open_turn(self._request(messages, kwargs))
-        return _stream_responses(stream, turn, self.timeout)
+        return _stream_responses(stream, turn)
 
     async def _achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         request = self._request(messages, kwargs)
         stream = await asyncio.to_thread(self._open, request)
-        async with aclosing(_asteps(stream, self.timeout)) as steps:
+        async with aclosing(_asteps(stream)) as steps:
             async for _ in steps:
                 pass
         return chat_response(stream.result)
@@ -291,7 +285,7 @@ class SpecGuardLLM(FunctionCallingLLM):
                             ) -> ChatResponseAsyncGen:
         request = self._request(messages, kwargs)
         stream, turn = await asyncio.to_thread(self._open_turn, request)
-        return _astream_responses(stream, turn, self.timeout)
+        return _astream_responses(stream, turn)
 
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:

@@ -55,7 +55,7 @@ def regenerate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: 
     spec = SampleSpec(k, cfg.temperature if sample else 0.0, cfg.top_p,
                       max(1, req.budget(req.target)), req.rules, None,
                       hidden=k > 1 and selector.mode == "hidden")
-    written = propose(target, req.target, spec, req.generator, prior)
+    written = propose(target, req.target, spec, req.generator, prior, check=req.check)
     i = selector.select(written.candidates)
     cand = written.candidates[i]
     written.keep(i)
@@ -90,6 +90,7 @@ def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: P
     _pend(draft, target, req, nxt if n_in > m else None)
     made, written = generated(proposal), verified
     while text.end is None:
+        req.check()
         draft.catch_up(req.draft)
         n0 = len(req.draft.ids)
         toks, q_x, q_logits = _draft_run(draft, req.draft, min(req.draft_run, text.max_tokens

@@ -41,7 +41,7 @@ from specguard_core.engine.speculative import typical_prefix
 from specguard_core.engine.steps import StepRules, step_kind
 from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
 from specguard_core.models.loading import check_pair
-from specguard_core.types import GenerationResult, StepKind, StepPath, StepRecord
+from specguard_core.types import Cancelled, GenerationResult, StepKind, StepPath, StepRecord
 
 
 class Phases(dict[str, float]):
@@ -58,21 +58,17 @@ class Phases(dict[str, float]):
 
 class GenerationStream(Iterator[StepRecord]):
     """Committed steps as they come; `.result` holds the `GenerationResult` once exhausted.
-    `close()` (or leaving a `with` block) stops generation and frees the engine."""
+    `close()` (or leaving a `with` block) stops generation within one forward pass."""
 
     def __init__(self, steps: Iterator[StepRecord], holder: dict[str, GenerationResult],
-                 cancel: threading.Event, prompt_tokens: int) -> None:
+                 cancel: threading.Event) -> None:
         self._steps, self._holder, self._cancel = steps, holder, cancel
-        self.prompt_tokens = prompt_tokens  # the target's prompt length, known before any step
 
     def __next__(self) -> StepRecord:
         if self._cancel.is_set():
             self.close()
             raise StopIteration
-        step = next(self._steps)
-        if self._cancel.is_set():  # closed from another thread while this step was running:
-            self.close()  # finish the generator here so it releases the engine's lock
-        return step
+        return next(self._steps)
 
     def __enter__(self) -> GenerationStream:
         return self
@@ -80,9 +76,14 @@ class GenerationStream(Iterator[StepRecord]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether `close()` was called (the request stops, or has stopped, without a result)."""
+        return self._cancel.is_set()
+
     def close(self) -> None:
-        """Stop after the step in progress and release the engine. Safe from any thread: when
-        another thread is inside `next()`, generation stops at the next step boundary."""
+        """Stop the request. Safe from any thread: when another thread is inside `next()`, the
+        work stops before its next forward pass and that `next()` ends the iteration."""
         self._cancel.set()
         close = getattr(self._steps, "close", None)
         try:
@@ -99,8 +100,9 @@ class GenerationStream(Iterator[StepRecord]):
 
 
 class SpecGuardEngine:
-    """Draft + target pair. Requests are served one at a time (a lock), each with its own state,
-    so concurrent callers get exactly what serial calls would."""
+    """Draft + target pair. Concurrent requests take turns step by step (a lock held for one
+    step, never while a caller holds a stream), each with its own state, so concurrent callers get
+    exactly what serial calls would."""
 
     def __init__(self, draft_model: Any, draft_tokenizer: Any, target_model: Any,
                  target_tokenizer: Any, *, config: SpecGuardConfig | None = None,
@@ -150,11 +152,12 @@ class SpecGuardEngine:
     def generate(self, messages_or_prompt: str | Sequence[Message], *,
                  tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
                  response_format: Any = None, config: SpecGuardConfig | None = None,
-                 **overrides: Any) -> GenerationResult:
+                 timeout: float | None = None, **overrides: Any) -> GenerationResult:
         """Run to completion with `config` (default: the engine's), then any keyword overrides of
-        its fields (k=4, tau=0.6, ...)."""
+        its fields (k=4, tau=0.6, ...). See `stream` for `timeout`."""
         stream = self.stream(messages_or_prompt, tools=tools, tool_choice=tool_choice,
-                             response_format=response_format, config=config, **overrides)
+                             response_format=response_format, config=config, timeout=timeout,
+                             **overrides)
         for _ in stream:
             pass
         return stream.result
@@ -162,12 +165,16 @@ class SpecGuardEngine:
     def stream(self, messages_or_prompt: str | Sequence[Message], *,
                tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
                response_format: Any = None, config: SpecGuardConfig | None = None,
-               **overrides: Any) -> GenerationStream:
+               timeout: float | None = None, **overrides: Any) -> GenerationStream:
         """Yield each `StepRecord` as soon as it is committed. Input is validated here, eagerly;
         the request runs with `config` (default: the engine's) and keyword overrides of its fields.
         `response_format` ("json", a JSON schema, or OpenAI's json_schema/json_object dict) makes
         answer steps structurally checked: a draft answer that is not (on course to) one matching
-        JSON object is rejected and the target writes the step; bare JSON is then never a call."""
+        JSON object is rejected and the target writes the step; bare JSON is then never a call.
+        `timeout` (seconds, from this call, waiting for the engine included) stops the work within
+        one forward pass and raises TimeoutError from the stream."""
+        if timeout is not None and not timeout > 0:
+            raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
         cfg = (config or self.config).merged(**overrides)
         try:
             fmt = ResponseFormat.of(response_format)
@@ -184,11 +191,12 @@ class SpecGuardEngine:
             draft=self.draft.new_state(), target=self.target.new_state(),
             generator=torch.Generator(self.draft.device).manual_seed(cfg.seed),
             prompt_tokens=len(prompts[1]), context_window=self.context_window,
-            tokenizer=self.target.tokenizer, response_format=fmt,
+            tokenizer=self.target.tokenizer, response_format=fmt, timeout=timeout,
+            deadline=None if timeout is None else time.monotonic() + timeout,
         )
         req.draft.pending, req.target.pending = prompts
         holder: dict[str, GenerationResult] = {}
-        return GenerationStream(self._session(req, holder), holder, req.cancel, req.prompt_tokens)
+        return GenerationStream(self._session(req, holder), holder, req.cancel)
 
     def calibrate(self, prompts: Sequence[str | Sequence[Message]], low_q: float = 1.0,
                   high_q: float = 99.0, path: str | None = None, *,
@@ -217,51 +225,71 @@ class SpecGuardEngine:
     # ---- the algorithm ---------------------------------------------------------------------
     def _session(self, req: Request, holder: dict[str, GenerationResult]
                  ) -> Iterator[StepRecord]:
-        with self._lock:
-            req.started = time.perf_counter()
-            timed = Phases()
-            with timed("prefill"):
-                self.draft.catch_up(req.draft)  # the target prefills when it is first needed
-            req.stats.add_time("prefill", timed["prefill"])
-            yield from self._steps(req)
-            holder["result"] = req.result(self.model_name)
+        """The request's steps. The engine is held for one step at a time, never across a
+        `yield`: a stream left half-read blocks nobody, and a caller may use the engine while it
+        iterates a stream. A closed stream ends quietly, a deadline with TimeoutError."""
+        req.started = time.perf_counter()
+        try:
+            with self._turn(req):
+                timed = Phases()
+                with timed("prefill"):
+                    self.draft.catch_up(req.draft)  # the target prefills when it is first needed
+                req.stats.add_time("prefill", timed["prefill"])
+            while req.finish is None:
+                with self._turn(req):
+                    record = self._step(req)
+                yield record
+        except Cancelled:
+            return
+        holder["result"] = req.result(self.model_name)
 
-    def _steps(self, req: Request) -> Iterator[StepRecord]:
-        """One step per turn: the draft proposes k candidates over its forked cache; the selector
-        picks one; the score routes it (keep / target check / reject); a kept step is committed in
-        both caches, a rejected one goes to the fallback, which ends the proposal itself."""
+    @contextmanager
+    def _turn(self, req: Request) -> Iterator[None]:
+        """Hold the engine for one step of `req`; wait for it in short slices, so a request that is
+        cancelled or past its deadline stops waiting too."""
+        while not self._lock.acquire(timeout=0.05):
+            req.check()
+        try:
+            req.check()
+            yield
+        finally:
+            self._lock.release()
+
+    def _step(self, req: Request) -> StepRecord:
+        """One step: the draft proposes k candidates over its forked cache; the selector picks one;
+        the score routes it (keep / target check / reject); a kept step is committed in both
+        caches, a rejected one goes to the fallback, which ends the proposal itself."""
         cfg, selector = req.cfg, self._selector(req.cfg)
-        while req.finish is None and not req.cancel.is_set():
-            timed = Phases()
-            with timed("catch_up"):
-                self.draft.catch_up(req.draft)
-            with timed("propose"):
-                proposal = propose(self.draft, req.draft, self._draft_spec(req, selector),
-                                   req.generator)
-            with timed("select"):
-                pick = selector.select(proposal.candidates)
-            draft_step = proposal.candidates[pick]
-            kind = step_kind(draft_step.text, req.in_think, req.rules)
-            with timed("score"):
-                verdict, tpass = self._score(req, draft_step, kind[0])
-            path: StepPath | None = "kept" if verdict.route == "keep" else None
-            passed = 0  # leading draft tokens the target's check passed
-            if verdict.route == "check":
-                with timed("target_check"):
-                    tpass = tpass or self._target_pass(req, draft_step)
-                    checked = self._checked_ids(draft_step, tpass)
-                    passed = typical_prefix(tpass.logits, checked, cfg.typical_eps,
-                                            cfg.typical_delta)
-                    if passed == len(checked):
-                        path = "target-checked"
-                    else:
-                        verdict = replace(verdict, reason="the target's check failed")
-            if path is not None:
-                step = self._keep(req, proposal, pick, tpass, verdict, kind, path)
-            else:
-                with timed("fallback"):
-                    step = self._fall_back(req, proposal, pick, selector, tpass, passed)
-            yield req.commit(step, verdict, timed, draft_step.text)
+        timed = Phases()
+        with timed("catch_up"):
+            self.draft.catch_up(req.draft)
+        with timed("propose"):
+            proposal = propose(self.draft, req.draft, self._draft_spec(req, selector),
+                               req.generator, check=req.check)
+        with timed("select"):
+            pick = selector.select(proposal.candidates)
+        draft_step = proposal.candidates[pick]
+        kind = step_kind(draft_step.text, req.in_think, req.rules)
+        with timed("score"):
+            verdict, tpass = self._score(req, draft_step, kind[0])
+        path: StepPath | None = "kept" if verdict.route == "keep" else None
+        passed = 0  # leading draft tokens the target's check passed
+        if verdict.route == "check":
+            with timed("target_check"):
+                tpass = tpass or self._target_pass(req, draft_step)
+                checked = self._checked_ids(draft_step, tpass)
+                passed = typical_prefix(tpass.logits, checked, cfg.typical_eps,
+                                        cfg.typical_delta)
+                if passed == len(checked):
+                    path = "target-checked"
+                else:
+                    verdict = replace(verdict, reason="the target's check failed")
+        if path is not None:
+            step = self._keep(req, proposal, pick, tpass, verdict, kind, path)
+        else:
+            with timed("fallback"):
+                step = self._fall_back(req, proposal, pick, selector, tpass, passed)
+        return req.commit(step, verdict, timed, draft_step.text)
 
     def _draft_spec(self, req: Request, selector: Selector) -> SampleSpec:
         cfg = req.cfg

@@ -11,6 +11,7 @@ tokens and their log-probs); text grows through an incremental detokeniser (`Ste
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -197,9 +198,11 @@ def _nucleus(sorted_p: torch.Tensor, order: torch.Tensor, top_p: float,
 
 
 def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
-            generator: torch.Generator, prior: str = "") -> Proposal:
+            generator: torch.Generator, prior: str = "",
+            check: Callable[[], None] | None = None) -> Proposal:
     """Sample `spec.k` candidate steps after `state`'s prefix; `prior` is committed text that belongs
-    to this step (a forced prefix). Leaves `state` forked: end the `Proposal` with keep or discard."""
+    to this step (a forced prefix). Leaves `state` forked: end the `Proposal` with keep or discard.
+    `check()` runs before every decode step and may raise to stop the request mid-step."""
     k, n0, dev = spec.k, len(state.ids), handle.device
     logits = handle.next_logits(state).unsqueeze(0).expand(k, -1)  # [k, V]
     handle.fork(state, k)
@@ -210,6 +213,8 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
     pool_sums: dict[int, torch.Tensor] = {}  # layer -> [k, d]
     whole_logits: dict[int, torch.Tensor] = {}  # row -> [V] after its last whole character
     for t in range(spec.max_tokens):
+        if check is not None:
+            check()
         tokens, probs = sample_with_probs(logits, spec.temperature, spec.top_p, generator)  # [k]
         logps = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None])[:, 0]  # [k]
         toks, lps, sps = torch.stack([tokens.to(logps.dtype), logps, probs.to(logps.dtype)]

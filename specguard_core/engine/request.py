@@ -20,6 +20,7 @@ from specguard_core.engine.handle import CacheState
 from specguard_core.engine.steps import StepRules, call_closed, step_kind, strip_markers
 from specguard_core.engine.verifier import Verdict
 from specguard_core.types import (
+    Cancelled,
     FinishReason,
     GenerationResult,
     RunStats,
@@ -77,10 +78,20 @@ class Request:
     finish: FinishReason | None = None
     started: float = field(default_factory=time.perf_counter)
     cancel: threading.Event = field(default_factory=threading.Event)
+    timeout: float | None = None  # seconds for the whole request, queueing included
+    deadline: float | None = None  # time.monotonic() by which it must end (set from `timeout`)
 
     def __post_init__(self) -> None:
         self.stats.draft, self.stats.target = self.draft.counters, self.target.counters
         self.draft_run = self.cfg.sd_draft_tokens
+
+    def check(self) -> None:
+        """Stop work at once if the request was cancelled (`Cancelled`) or ran past its deadline
+        (`TimeoutError`). Called before every forward pass, so neither waits for a step to end."""
+        if self.cancel.is_set():
+            raise Cancelled
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise TimeoutError(f"SpecGuard generation exceeded its timeout of {self.timeout}s")
 
     def budget(self, state: CacheState) -> int:
         """Tokens the next step may take: step cap, max_new_tokens left, context window left."""

@@ -334,7 +334,7 @@ def test_disconnect_mid_stream_cancels_and_frees_the_slot() -> None:
         # the client has gone: the server notices, closes the generation, frees the slot
         assert wait_for(lambda: health(url)["running"] == 0 and health(url)["queued"] == 0)
         (stream,) = opened
-        assert wait_for(lambda: stream._cancel.is_set())
+        assert wait_for(lambda: stream.cancelled)
         with pytest.raises(RuntimeError, match="has not finished"):
             stream.result  # noqa: B018 - cut short: the run never completed its 200 steps
         # the engine is free again: the next request runs to the end
