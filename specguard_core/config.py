@@ -70,6 +70,9 @@ class SpecGuardConfig(BaseModel):
     selector: Literal["hidden", "sentence-transformer"] = "hidden"
     sentence_transformer: str | None = None
     scoring_model: Literal["draft", "target"] = "draft"
+    verifier: str = Field("paper", min_length=1, description="'paper' (the beta ensemble of l and "
+                          "g) or the path of a verifier card from `specguard verifier-train` "
+                          "(then the score is the probe's P(step correct))")
     # fall back
     fallback: Literal["greedy", "sample"] = "greedy"
     fallback_k: int = Field(1, ge=1, le=64)

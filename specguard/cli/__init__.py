@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from specguard.cli.models import add_models_parser
 from specguard.cli.run import add_run_parser
+from specguard.cli.verifier import add_verifier_parsers
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_models_parser(sub)
     add_calibrate_parser(sub)
     add_bench_parser(sub)
+    add_verifier_parsers(sub)
     return parser
 
 

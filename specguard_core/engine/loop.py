@@ -29,6 +29,7 @@ from specguard_core.engine.chat import (
     required_tool,
 )
 from specguard_core.engine.handle import ModelHandle
+from specguard_core.engine.probe import load_probe
 from specguard_core.engine.proposer import Candidate, SampleSpec, propose
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.selector import Selector
@@ -108,6 +109,7 @@ class SpecGuardEngine:
         self.model_name = name or f"specguard:{self.draft.name}+{self.target.name}"
         self._lock = threading.Lock()
         self._selectors: dict[tuple[str, str | None], Selector] = {}
+        self._checked_cards: set[tuple[str, str]] = set()  # (card path, model) fingerprints checked
 
     @classmethod
     def from_pretrained(cls, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
@@ -206,6 +208,7 @@ class SpecGuardEngine:
         cfg = req.cfg
         selector = self._selector(cfg)
         layers = self._capture_layers(self.draft, cfg)
+        pool = self._pool_layers(self.draft, cfg) if cfg.scoring_model == "draft" else ()
         while req.finish is None and not req.cancel.is_set():
             phases: dict[str, float] = {}
             with _timed(phases, "catch_up"):
@@ -213,7 +216,7 @@ class SpecGuardEngine:
             with _timed(phases, "propose"):
                 spec = SampleSpec(cfg.k, cfg.temperature, cfg.top_p, req.budget(req.draft),
                                   req.rules, layers, cfg.sparsify_threshold,
-                                  hidden=cfg.k > 1 and selector.mode == "hidden")
+                                  hidden=cfg.k > 1 and selector.mode == "hidden", pool_layers=pool)
                 candidates = propose(self.draft, req.draft, spec, req.generator)
             with _timed(phases, "select"):
                 pick = selector.select(candidates)
@@ -235,7 +238,8 @@ class SpecGuardEngine:
             self.target.catch_up(req.target)
             layers = self._capture_layers(self.target, req.cfg)
             n0 = len(req.target.ids)
-            scores = target_scores(self.target, req.target, self._fed(cand), layers, req.cfg)
+            scores = target_scores(self.target, req.target, self._fed(cand), layers, req.cfg,
+                                   self._pool_layers(self.target, req.cfg))
             verdict = verify(scores, req.cfg, reason, call)
             if not verdict.accepted:
                 self.target.rollback(req.target, n0)
@@ -247,6 +251,17 @@ class SpecGuardEngine:
         """Layers whose attention rows feed grounding; None (no capture) when beta == 1 gives
         grounding no weight, which is also how to measure what capture costs."""
         return capture.last_layers(handle.model, cfg.grounding_layers) if cfg.beta < 1 else None
+
+    def _pool_layers(self, handle: ModelHandle, cfg: SpecGuardConfig) -> tuple[int, ...]:
+        """Hidden layers a verifier card reads from `handle` (its fingerprint checked once per card
+        and model; a card for another model is refused); () for the paper's verifier."""
+        if cfg.verifier == "paper":
+            return ()
+        probe = load_probe(cfg.verifier)
+        if (cfg.verifier, handle.name) not in self._checked_cards:
+            probe.card.check_model(handle.model, handle.tokenizer, cfg.verifier)
+            self._checked_cards.add((cfg.verifier, handle.name))
+        return probe.card.hidden_layers()
 
     def _accept(self, req: Request, cand: Candidate, pick: int, k: int, verdict: Verdict) -> Step:
         fed = self._fed(cand)

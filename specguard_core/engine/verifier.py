@@ -3,7 +3,8 @@ thresholded; tool-call steps must also be structurally valid and respect the too
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -13,6 +14,7 @@ from specguard_core.engine import signals
 from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import parse_tool_call
 from specguard_core.engine.handle import CacheState, ModelHandle
+from specguard_core.engine.probe import load_probe
 from specguard_core.engine.proposer import Candidate
 from specguard_core.types import StepKind, ToolCall
 
@@ -21,6 +23,16 @@ from specguard_core.types import StepKind, ToolCall
 class Scores:
     confidence: float
     grounding: float | None  # None: not computed (beta == 1, no attention captured)
+    # what a learned verifier (probe card) reads: Candidate.pooled, and the step's other scalars
+    pooled: Mapping[int, torch.Tensor] = field(default_factory=dict)  # layer -> [d]
+    mean_logprob: float | None = None
+    n_tokens: int | None = None
+
+    def scalars(self) -> dict[str, float]:
+        """The named scalar features that were computed (a probe card refers to them by name)."""
+        named = {"confidence": self.confidence, "grounding": self.grounding,
+                 "mean_logprob": self.mean_logprob, "n_tokens": self.n_tokens}
+        return {k: float(v) for k, v in named.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -36,32 +48,42 @@ def draft_scores(cand: Candidate, cfg: SpecGuardConfig) -> Scores:
     """Signals from what the draft computed while it generated the step (no extra pass); grounding
     is None when no attention rows were captured."""
     rows = cand.step_rows
-    return Scores(signals.confidence(torch.tensor(cand.logprobs)),
-                  None if rows is None else signals.grounding(rows, cfg.rollout_residual))
+    logps = torch.tensor(cand.logprobs)  # [T]
+    return Scores(signals.confidence(logps),
+                  None if rows is None else signals.grounding(rows, cfg.rollout_residual),
+                  cand.pooled, float(logps.mean()) if logps.numel() else 0.0, cand.n_fed)
 
 
 def target_scores(target: ModelHandle, state: CacheState, step_ids: list[int],
-                  layers: frozenset[int] | None, cfg: SpecGuardConfig) -> Scores:
+                  layers: frozenset[int] | None, cfg: SpecGuardConfig,
+                  pool_layers: tuple[int, ...] = ()) -> Scores:
     """Signals from the target, teacher-forcing the step: one catch-up pass, with capture unless
-    `layers` is None. The step is then committed in `state`; the caller rolls it back if the step
-    is rejected."""
+    `layers` is None, and the mean hidden state of each of `pool_layers` over the step. The step is
+    then committed in `state`; the caller rolls it back if the step is rejected."""
     n0 = len(state.ids)
     first = target.next_logits(state)  # [V] predicts step_ids[0]
     recorder = AttentionRecorder(layers) if layers else None
-    out = target.extend(state, step_ids, all_logits=True, recorder=recorder)
+    out = target.extend(state, step_ids, all_logits=True, recorder=recorder,
+                        hidden=bool(pool_layers))
     if out is None:
         return Scores(0.0, 1.0 if recorder else None)
     logits = torch.cat([first[None], out.logits[0, :-1]])  # [T, V] predicting each step token
     logps = torch.log_softmax(logits, -1).gather(-1, torch.tensor(step_ids)[:, None])[:, 0]
+    pooled = {i: out.layers[i][0].float().mean(dim=0) for i in pool_layers} if out.layers else {}
+    extra = (pooled, float(logps.mean()), len(step_ids))
     if recorder is None:
-        return Scores(signals.confidence(logps), None)
+        return Scores(signals.confidence(logps), None, *extra)
     att = signals.sparsify_rows(recorder.stacked()[0], cfg.sparsify_threshold)  # [L, T, n]
-    return Scores(signals.confidence(logps), signals.grounding(att[:, :, n0:], cfg.rollout_residual))
+    return Scores(signals.confidence(logps), signals.grounding(att[:, :, n0:], cfg.rollout_residual),
+                  *extra)
 
 
 def step_score(scores: Scores, cfg: SpecGuardConfig) -> float:
-    """The configured verifier's score r of a step (what the decision rule thresholds)."""
-    return paper_score(scores, cfg)
+    """The configured verifier's score r of a step (what the decision rule thresholds): the paper's
+    ensemble, or a probe card's probability that the step is correct."""
+    if cfg.verifier == "paper":
+        return paper_score(scores, cfg)
+    return load_probe(cfg.verifier).score(scores.pooled, scores.scalars())
 
 
 def paper_score(scores: Scores, cfg: SpecGuardConfig) -> float:
