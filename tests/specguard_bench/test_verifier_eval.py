@@ -170,3 +170,47 @@ def test_engine_scores_steps_with_a_card_as_teacher_forcing_does(
         if step.token_ids[-1] in draft.eos_ids:  # the engine's l also covers the EOS token
             row["confidence"] = float(step.confidence or 0.0)
         assert step.score == pytest.approx(probe.score(pooled, row), abs=1e-3)
+
+
+def _labelled_file(path: Path, n: int = 12) -> Path:
+    rows = []
+    for i in range(n):
+        labels: list[int | None] = [1, 1, 0, None] if i % 2 else [1, 1, 1, 1]
+        rows.append({"id": f"gsm8k-{i}" if i < 6 else f"math-{i}",
+                     "source": "processbench/gsm8k" if i < 6 else "processbench/math",
+                     "problem": f"What is {i} + {i}?", "problem_ref": f"p{i // 2}",
+                     "steps": [f"We add {i} and {i}.", f"That is {2 * i}.", "Check: ok.",
+                               f"The answer is \\boxed{{{2 * i}}}."], "labels": labels})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_cli_eval_and_train_on_a_tiny_model(pair_dirs: tuple[Path, Path], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from specguard.cli import main
+
+    data = _labelled_file(tmp_path / "steps.jsonl")
+    out = tmp_path / "eval"
+    common = ["--data", str(data), "--model", str(pair_dirs[0]), "--dtype", "float32",
+              "--no-progress"]
+    assert main(["verifier-eval", *common, "--out", str(out)]) == 0
+    summary = json.loads((out / "verifier-eval.json").read_text())
+    assert summary["n_steps"] == 42 and summary["n_solutions"] == 12
+    r = summary["scorers"]["paper r"]
+    assert r["default"] is True and (r["n_correct"], r["n_wrong"]) == (36, 6)
+    assert set(r["by_source"]) == {"gsm8k", "math"}
+    assert not any(e["default"] for n, e in summary["scorers"].items() if n != "paper r")
+    assert (out / "verifier-eval.md").read_text().count("\n|") > 10
+    assert (out / "verifier-eval-roc.png").stat().st_size > 1000
+    chunks = sorted(p.name for p in out.glob("chunk-*.npz"))
+    assert chunks == ["chunk-00000-12.npz"]
+    card_path = tmp_path / "card.json"
+    assert main(["verifier-train", *common, "--features", str(out), "--out", str(card_path)]) == 0
+    card = VerifierCard.load(card_path)
+    assert card.cv["folds"] == 5 and card.training["n_steps"] == 42
+    assert (out / "verifier-train.md").exists() and (out / "verifier-probe.json").exists()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(data.read_text().replace('"labels": [1, 1, 1, 1]', '"labels": [1, 1]', 1))
+    capsys.readouterr()
+    assert main(["verifier-eval", "--data", str(bad), "--model", str(pair_dirs[0])]) == 2
+    assert "bad.jsonl:1: field 'labels' has 2 entries but 'steps' has 4" in capsys.readouterr().err
