@@ -20,7 +20,7 @@ from specguard_bench.verifier_features import FeatureTable
 from specguard_core.engine.probe import Fingerprint, VerifierCard
 
 RUNTIME_SCALARS = ("confidence", "grounding", "mean_logprob", "n_tokens")
-C_GRID = (0.002, 0.01, 0.05)
+C_GRID = (0.0005, 0.002, 0.01, 0.05)
 
 
 @dataclass(frozen=True)
@@ -107,15 +107,14 @@ def search(table: FeatureTable, log: Any = print) -> list[dict[str, Any]]:
 
     run(Candidate("mean", (), RUNTIME_SCALARS, 1.0))  # the scalars alone
     by_layer = [run(Candidate(pool, (layer,))) for pool in ("mean", "last") for layer in layers]
-    top = best([r for r in by_layer if r["candidate"].pooling == "mean"])["candidate"]
+    means = sorted((r for r in by_layer if r["candidate"].pooling == "mean"),
+                   key=lambda r: -(r["auroc_length_controlled"] or 0.0))
+    top, second = means[0]["candidate"], means[1]["candidate"]
     by_c = [run(Candidate("mean", top.layers, (), c)) for c in C_GRID if c != top.C]
-    top = best(by_c + [r for r in tried if r["candidate"] == top])["candidate"]
-    second = sorted((r for r in by_layer if r["candidate"].pooling == "mean"
-                     and r["candidate"].layers != top.layers),
-                    key=lambda r: -(r["auroc_length_controlled"] or 0.0))[0]["candidate"]
-    run(Candidate("mean", tuple(sorted(top.layers + second.layers)), (), top.C))
+    top = best(by_c + means[:1])["candidate"]
+    pair = run(Candidate("mean", tuple(sorted(top.layers + second.layers)), (), top.C))
+    top = best([pair] + [r for r in tried if r["candidate"] == top])["candidate"]
     run(Candidate("mean", top.layers, RUNTIME_SCALARS, top.C))
-    run(Candidate("mean", top.layers, ("n_tokens",), top.C))
     return tried
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,26 @@ def test_probe_score_is_a_probability_and_paper_is_unchanged(tiny_pair: tuple[An
         Probe(card).score({}, {"confidence": 0.0})
     with pytest.raises(CardError, match="scalar feature 'confidence'"):
         Probe(card).score({1: torch.ones(d)}, {})
+
+
+REAL = Path.home() / ".cache" / "specguard" / "models" / "hf"
+REAL_DRAFT, REAL_TARGET = (REAL / "qwen2.5-coder-0.5b-instruct-bfloat16",
+                           REAL / "qwen2.5-coder-1.5b-instruct-bfloat16")
+SHIPPED = Path(__file__).resolve().parents[3] / "benchmarks" / "verifier-qwen2.5-coder-0.5b.json"
+
+
+@pytest.mark.real
+@pytest.mark.skipif(not (os.environ.get("SPECGUARD_REAL_MODELS") == "1" and REAL_DRAFT.is_dir()
+                         and REAL_TARGET.is_dir()),
+                    reason="opt-in real-model test: set SPECGUARD_REAL_MODELS=1 (needs the default "
+                    "pair in ~/.cache/specguard/models/hf)")
+def test_shipped_card_runs_on_the_default_pair() -> None:
+    engine = SpecGuardEngine.from_pretrained(str(REAL_DRAFT), str(REAL_TARGET), device="cpu",
+                                             dtype="bfloat16", progress=False)
+    result = engine.generate("What is 12 * 7?", verifier=str(SHIPPED), k=1, temperature=0.0,
+                             tau=-math.inf, max_new_tokens=48, max_steps=3)
+    scores = [s.score for s in result.steps if s.score is not None]
+    assert scores and all(0.0 < s < 1.0 for s in scores)
+    with pytest.raises(CardError, match="trained on qwen2.5-coder-0.5b"):
+        engine.generate("What is 12 * 7?", verifier=str(SHIPPED), scoring_model="target",
+                        max_new_tokens=8)
