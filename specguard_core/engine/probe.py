@@ -150,8 +150,9 @@ class Probe:
                 parts.append(pooled[layer].detach().reshape(-1).to(torch.float64).cpu())
             else:
                 if f not in scalars or scalars[f] is None:
+                    hint = " (grounding is computed only when beta < 1)" if f == "grounding" else ""
                     raise CardError(f"the probe needs the scalar feature {f!r}, which was not "
-                                    f"computed (have {sorted(scalars)})")
+                                    f"computed{hint}; have {sorted(scalars)}")
                 parts.append(torch.tensor([float(scalars[f])], dtype=torch.float64))
         return torch.cat(parts)
 
