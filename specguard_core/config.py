@@ -89,6 +89,9 @@ class SpecGuardConfig(BaseModel):
     selector: Literal["hidden", "sentence-transformer"] = "hidden"
     sentence_transformer: str | None = None
     scoring_model: Literal["draft", "target"] = "draft"
+    verifier: str = Field("paper", min_length=1, description="'paper' (the beta ensemble of l and "
+                          "g) or the path of a verifier card from `specguard verifier-train` "
+                          "(then the score is the probe's P(step correct))")
     # fall back
     fallback: Literal["greedy", "sample", "speculative"] = Field(
         "greedy", description="who writes a rejected step: the target greedily or as fallback_k "

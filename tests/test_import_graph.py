@@ -25,7 +25,8 @@ CORE_LAYERS = {
     "specguard_core.engine.formats": 2,
     "specguard_core.engine.capture": 3, "specguard_core.engine.handle": 3,
     "specguard_core.engine.proposer": 4, "specguard_core.engine.selector": 4,
-    "specguard_core.engine.verifier": 4, "specguard_core.engine.speculative": 4,
+    "specguard_core.engine.probe": 4, "specguard_core.engine.verifier": 4,
+    "specguard_core.engine.speculative": 4,
     "specguard_core.engine.request": 5, "specguard_core.engine.fallback": 5,
     "specguard_core.engine.loop": 6, "specguard_core.engine.aio": 6,
     "specguard_core.engine": 7,  # the package's lazy re-exports

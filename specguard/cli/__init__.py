@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from specguard.cli.models import add_models_parser
 from specguard.cli.run import add_run_parser
 from specguard.cli.serve import add_serve_parser
+from specguard.cli.verifier import add_verifier_parsers
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_calibrate_parser(sub)
     add_bench_parser(sub)
     add_serve_parser(sub)
+    add_verifier_parsers(sub)
     return parser
 
 

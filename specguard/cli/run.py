@@ -25,6 +25,8 @@ def add_run_parser(sub: Any) -> None:
                                                            "float32"])
     add_loader_flags(p)
     p.add_argument("--bounds", help="normaliser bounds JSON from `specguard calibrate`")
+    p.add_argument("--verifier", help="'paper' (default) or a verifier card JSON from "
+                   "`specguard verifier-train` (then r is the probe's P(step correct))")
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--system", help="optional system message")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
@@ -76,6 +78,8 @@ def _config(args: argparse.Namespace) -> SpecGuardConfig:
     overrides: dict[str, Any] = parse_sets(args.sets)
     if args.bounds:
         overrides["bounds"] = NormBounds.load(args.bounds)
+    if args.verifier:
+        overrides["verifier"] = args.verifier
     return preset(args.preset, max_new_tokens=args.max_new_tokens, **overrides)
 
 

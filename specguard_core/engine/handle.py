@@ -160,7 +160,8 @@ class ModelHandle:
         self.commit_row(state, 0, [], state.logits)
 
     def try_tokens(self, state: CacheState, ids: list[int], *,
-                   recorder: capture.AttentionRecorder | None = None) -> TentativePass:
+                   recorder: capture.AttentionRecorder | None = None,
+                   hidden: bool = False) -> TentativePass:
         """Feed the pending tokens (committed here) and then `ids` (not committed) in one pass.
 
         The pass's `logits: [T+1, V]` row i predicts `ids[i]`, row T the token after all of them."""
@@ -170,7 +171,7 @@ class ModelHandle:
             if not ids:
                 return TentativePass(self, state, [], first, None)
         out = self.forward(state, torch.tensor([pending + ids]), all_logits=True,
-                           recorder=recorder, tentative=True)
+                           recorder=recorder, tentative=True, hidden=hidden)
         rows = out.logits[0]  # [P+T, V]
         if pending:
             state.ids.extend(pending)

@@ -33,6 +33,7 @@ from specguard_core.engine.chat import (
 from specguard_core.engine.fallback import generated, regenerate, speculate
 from specguard_core.engine.formats import ResponseFormat
 from specguard_core.engine.handle import ModelHandle, TentativePass
+from specguard_core.engine.probe import load_probe
 from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, propose
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.selector import Selector
@@ -122,6 +123,7 @@ class SpecGuardEngine:
         self.model_name = name or f"specguard:{self.draft.name}+{self.target.name}"
         self._lock = threading.Lock()
         self._selectors: dict[tuple[str, str | None], Selector] = {}
+        self._checked_cards: set[tuple[str, str]] = set()  # (card path, model) fingerprints checked
 
     @classmethod
     def from_pretrained(cls, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
@@ -295,7 +297,9 @@ class SpecGuardEngine:
         cfg = req.cfg
         return SampleSpec(cfg.k, cfg.temperature, cfg.top_p, req.budget(req.draft), req.rules,
                           self._capture_layers(self.draft, cfg), cfg.sparsify_threshold,
-                          hidden=cfg.k > 1 and selector.mode == "hidden")
+                          hidden=cfg.k > 1 and selector.mode == "hidden",
+                          pool_layers=self._pool_layers(self.draft, cfg)
+                          if cfg.scoring_model == "draft" else ())
 
     def _score(self, req: Request, cand: Candidate, kind: StepKind
                ) -> tuple[Verdict, TentativePass | None]:
@@ -308,17 +312,19 @@ class SpecGuardEngine:
         if req.cfg.scoring_model == "target":
             layers = self._capture_layers(self.target, req.cfg)
             recorder = AttentionRecorder(layers) if layers else None
-            tpass = self._target_pass(req, cand, recorder)
-            scores = target_scores(tpass, recorder, req.cfg)
+            tpass = self._target_pass(req, cand, recorder,
+                                      hidden=bool(self._pool_layers(self.target, req.cfg)))
+            scores = target_scores(tpass, recorder, req.cfg, self._pool_layers(self.target, req.cfg))
         else:
             scores = draft_scores(cand, req.cfg)
         return verify(scores, req.cfg, reason, call, tool_call=kind == "tool_call"), tpass
 
     def _target_pass(self, req: Request, cand: Candidate,
-                     recorder: AttentionRecorder | None = None) -> TentativePass:
+                     recorder: AttentionRecorder | None = None, hidden: bool = False
+                     ) -> TentativePass:
         """The target's one pass over the draft step (its pending tokens fed first)."""
         ids = self._convert(cand.fed, self.draft, self.target)
-        return self.target.try_tokens(req.target, ids, recorder=recorder)
+        return self.target.try_tokens(req.target, ids, recorder=recorder, hidden=hidden)
 
     def _checked_ids(self, cand: Candidate, tpass: TentativePass) -> list[int]:
         """The tokens the target check judges: the step's, its final EOS included (same vocab)."""
@@ -329,6 +335,17 @@ class SpecGuardEngine:
         """Layers whose attention rows feed grounding; None (no capture) when beta == 1 gives
         grounding no weight, which is also how to measure what capture costs."""
         return capture.last_layers(handle.model, cfg.grounding_layers) if cfg.beta < 1 else None
+
+    def _pool_layers(self, handle: ModelHandle, cfg: SpecGuardConfig) -> tuple[int, ...]:
+        """Hidden layers a verifier card reads from `handle` (its fingerprint checked once per card
+        and model; a card for another model is refused); () for the paper's verifier."""
+        if cfg.verifier == "paper":
+            return ()
+        probe = load_probe(cfg.verifier)
+        if (cfg.verifier, handle.name) not in self._checked_cards:
+            probe.card.check_model(handle.model, handle.tokenizer, cfg.verifier)
+            self._checked_cards.add((cfg.verifier, handle.name))
+        return probe.card.hidden_layers()
 
     def _keep(self, req: Request, proposal: Proposal, pick: int, tpass: TentativePass | None,
               verdict: Verdict, kind: tuple[StepKind, bool], path: StepPath) -> Step:

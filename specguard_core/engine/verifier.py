@@ -3,7 +3,8 @@ thresholded; tool-call steps must also be structurally valid and respect the too
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -14,6 +15,7 @@ from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import parse_tool_call
 from specguard_core.engine.formats import ResponseFormat, check_answer
 from specguard_core.engine.handle import TentativePass
+from specguard_core.engine.probe import load_probe
 from specguard_core.engine.proposer import Candidate
 from specguard_core.types import StepKind, ToolCall
 
@@ -22,6 +24,16 @@ from specguard_core.types import StepKind, ToolCall
 class Scores:
     confidence: float
     grounding: float | None  # None: not computed (beta == 1, no attention captured)
+    # what a learned verifier (probe card) reads: Candidate.pooled, and the step's other scalars
+    pooled: Mapping[int, torch.Tensor] = field(default_factory=dict)  # layer -> [d]
+    mean_logprob: float | None = None
+    n_tokens: int | None = None
+
+    def scalars(self) -> dict[str, float]:
+        """The named scalar features that were computed (a probe card refers to them by name)."""
+        named = {"confidence": self.confidence, "grounding": self.grounding,
+                 "mean_logprob": self.mean_logprob, "n_tokens": self.n_tokens}
+        return {k: float(v) for k, v in named.items() if v is not None}
 
 
 Route = Literal["keep", "check", "reject"]
@@ -47,30 +59,41 @@ def draft_scores(cand: Candidate, cfg: SpecGuardConfig) -> Scores:
     """Signals from what the draft computed while it generated the step (no extra pass); grounding
     is None when no attention rows were captured."""
     rows = cand.step_rows
-    return Scores(signals.confidence(torch.tensor(cand.logprobs)),
-                  None if rows is None else signals.grounding(rows, cfg.rollout_residual))
+    logps = torch.tensor(cand.logprobs)  # [T]
+    return Scores(signals.confidence(logps),
+                  None if rows is None else signals.grounding(rows, cfg.rollout_residual),
+                  cand.pooled, float(logps.mean()) if logps.numel() else 0.0, cand.n_fed)
 
 
 def target_scores(tpass: TentativePass, recorder: AttentionRecorder | None,
-                  cfg: SpecGuardConfig) -> Scores:
+                  cfg: SpecGuardConfig, pool_layers: tuple[int, ...] = ()) -> Scores:
     """Signals from the target's pass over the step (teacher-forced; `recorder` captured its
-    attention, or None). Pure: the pass stays tentative; the caller keeps or discards it."""
+    attention, or None; `pool_layers` are averaged over the step's hidden states, which the pass
+    must have computed). Pure: the pass stays tentative; the caller keeps or discards it."""
     ids = tpass.ids
     if not ids:
         return Scores(0.0, 1.0 if recorder else None)
     n = len(ids)
     logps = torch.log_softmax(tpass.logits[:n], -1).gather(
         -1, torch.tensor(ids, device=tpass.logits.device)[:, None])[:, 0]  # [T]
+    layers = tpass.forward.layers if tpass.forward is not None else None
+    pooled = {i: layers[i][0, -n:].float().mean(dim=0).cpu() for i in pool_layers} if layers \
+        else {}  # each [d]: the step's own positions
+    extra = (pooled, float(logps.mean()), n)
     if recorder is None:
-        return Scores(signals.confidence(logps), None)
+        return Scores(signals.confidence(logps), None, *extra)
     att = signals.sparsify_rows(recorder.stacked()[0], cfg.sparsify_threshold)  # [L, P+T, n]
     return Scores(signals.confidence(logps),
-                  signals.grounding(att[:, -n:, -n:], cfg.rollout_residual))  # step rows, step cols
+                  signals.grounding(att[:, -n:, -n:], cfg.rollout_residual),  # step rows, cols
+                  *extra)
 
 
 def step_score(scores: Scores, cfg: SpecGuardConfig) -> float:
-    """The configured verifier's score r of a step (what the decision rule thresholds)."""
-    return paper_score(scores, cfg)
+    """The configured verifier's score r of a step (what the decision rule thresholds): the paper's
+    ensemble, or a probe card's probability that the step is correct."""
+    if cfg.verifier == "paper":
+        return paper_score(scores, cfg)
+    return load_probe(cfg.verifier).score(scores.pooled, scores.scalars())
 
 
 def paper_score(scores: Scores, cfg: SpecGuardConfig) -> float:

@@ -1,0 +1,179 @@
+"""A learned internal verifier: a logistic-regression probe on the scoring model's own hidden states
+(and optionally the paper's scalar signals), saved as a small JSON "verifier card".
+
+score = sigmoid(w . standardise(x) + b) is the probe's probability that the step is correct, so tau
+reads as a probability. `x` is the card's feature list in order: `hidden:<layer>` (the mean hidden
+state of that layer over the step's fed tokens, `Candidate.pooled[layer]`, d values) and scalar
+features by name (`confidence`, `grounding`, `n_tokens`, ...). At generation time this is one dot
+product on states the draft already computed. A card belongs to one model: loading it for another
+model (fingerprint mismatch) is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+# config keys that do not change what the hidden states mean
+_VOLATILE = {"_name_or_path", "torch_dtype", "dtype", "transformers_version", "_attn_implementation",
+             "_attn_implementation_autoset", "attn_implementation", "use_cache", "_commit_hash",
+             "name_or_path"}
+
+
+class CardError(ValueError):
+    """A verifier card that cannot be used here; the message says why and what to do."""
+
+
+class Fingerprint(BaseModel):
+    """Identifies the model a probe was trained on. `name` is informational; the rest must match."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    config_sha256: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+
+    def mismatch(self, other: Fingerprint) -> list[str]:
+        """The fields (other than `name`) in which `other` differs."""
+        return [k for k in ("config_sha256", "vocab_size", "hidden_size", "num_layers")
+                if getattr(self, k) != getattr(other, k)]
+
+
+def fingerprint(model: Any, tokenizer: Any) -> dict[str, Any]:
+    """The fingerprint of a loaded HF causal LM (as a plain dict, JSON-ready)."""
+    cfg = model.config.get_text_config()
+    data = {k: v for k, v in cfg.to_dict().items() if k not in _VOLATILE}
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+    name = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+    return Fingerprint(name=Path(name).name or name, config_sha256=digest,
+                       vocab_size=len(tokenizer), hidden_size=int(cfg.hidden_size),
+                       num_layers=int(cfg.num_hidden_layers)).model_dump()
+
+
+class VerifierCard(BaseModel):
+    """A trained probe. `features` are `hidden:<layer>` blocks and scalar names, in order; `mean` and
+    `scale` standardise the concatenated vector, `weights` has one value per vector entry."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str = "logistic-probe"
+    version: int = 1
+    model: Fingerprint
+    pooling: str = "mean"
+    features: list[str] = Field(min_length=1)
+    mean: list[float]
+    scale: list[float]
+    weights: list[float]
+    bias: float
+    cv: dict[str, Any] = Field(default_factory=dict)  # cross-validated AUROC etc. (informational)
+    threshold: float | None = None  # decision threshold chosen for `threshold_precision`
+    threshold_precision: float | None = None
+    training: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _shapes(self) -> VerifierCard:
+        if self.pooling != "mean":
+            raise ValueError(f"pooling {self.pooling!r} is not available while generating; use 'mean'")
+        if not len(self.mean) == len(self.scale) == len(self.weights):
+            raise ValueError(f"mean ({len(self.mean)}), scale ({len(self.scale)}) and weights "
+                             f"({len(self.weights)}) must have the same length")
+        if len(self.weights) != self.width():
+            raise ValueError(f"weights has {len(self.weights)} entries but the features need "
+                             f"{self.width()}")
+        if any(s <= 0 for s in self.scale):
+            raise ValueError("every scale must be > 0")
+        return self
+
+    def hidden_layers(self) -> tuple[int, ...]:
+        """Layers whose pooled hidden state the probe reads (what the proposer must pool)."""
+        return tuple(int(f.split(":", 1)[1]) for f in self.features if f.startswith("hidden:"))
+
+    def scalar_features(self) -> list[str]:
+        return [f for f in self.features if not f.startswith("hidden:")]
+
+    def width(self) -> int:
+        return sum(self.model.hidden_size if f.startswith("hidden:") else 1 for f in self.features)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.model_dump_json(indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> VerifierCard:
+        try:
+            text = Path(path).read_text()
+        except FileNotFoundError:
+            raise CardError(f"verifier card {path} not found; pass verifier='paper' or a card from "
+                            "`specguard verifier-train`") from None
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as err:
+            raise CardError(f"{path} is not a valid verifier card: {err}") from None
+
+    def check_model(self, model: Any, tokenizer: Any, path: str | Path = "") -> None:
+        """Refuse a card trained on another model."""
+        here = Fingerprint.model_validate(fingerprint(model, tokenizer))
+        diff = self.model.mismatch(here)
+        if diff:
+            raise CardError(
+                f"verifier card {path or ''} was trained on {self.model.name} but the scoring model "
+                f"is {here.name} ({', '.join(diff)} differ); train a card for this model with "
+                "`specguard verifier-train --model ...` or use verifier='paper'")
+
+
+class Probe:
+    """A loaded card, ready to score: tensors built once."""
+
+    def __init__(self, card: VerifierCard) -> None:
+        self.card = card
+        self.mean = torch.tensor(card.mean, dtype=torch.float64)
+        self.scale = torch.tensor(card.scale, dtype=torch.float64)
+        self.weights = torch.tensor(card.weights, dtype=torch.float64)
+
+    def vector(self, pooled: Mapping[int, torch.Tensor], scalars: Mapping[str, float]
+               ) -> torch.Tensor:
+        """The card's feature vector `[width]` from pooled hidden states and named scalars."""
+        parts: list[torch.Tensor] = []
+        for f in self.card.features:
+            if f.startswith("hidden:"):
+                layer = int(f.split(":", 1)[1])
+                if layer not in pooled:
+                    raise CardError(f"the probe reads hidden layer {layer} but it was not pooled")
+                parts.append(pooled[layer].detach().reshape(-1).to(torch.float64).cpu())
+            else:
+                if f not in scalars or scalars[f] is None:
+                    hint = " (grounding is computed only when beta < 1)" if f == "grounding" else ""
+                    raise CardError(f"the probe needs the scalar feature {f!r}, which was not "
+                                    f"computed{hint}; have {sorted(scalars)}")
+                parts.append(torch.tensor([float(scalars[f])], dtype=torch.float64))
+        return torch.cat(parts)
+
+    def score(self, pooled: Mapping[int, torch.Tensor], scalars: Mapping[str, float]) -> float:
+        """P(step is correct) = sigmoid(w . (x - mean) / scale + b)."""
+        x = (self.vector(pooled, scalars) - self.mean) / self.scale  # [width]
+        z = float(x @ self.weights) + self.card.bias
+        return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
+_LOADED: dict[tuple[str, int], Probe] = {}
+
+
+def load_probe(path: str | Path) -> Probe:
+    """The card at `path`, loaded once per file version (keyed by resolved path and mtime)."""
+    p = Path(path).expanduser().resolve()
+    try:
+        key = (str(p), p.stat().st_mtime_ns)
+    except FileNotFoundError:
+        raise CardError(f"verifier card {path} not found; pass verifier='paper' or a card from "
+                        "`specguard verifier-train`") from None
+    if key not in _LOADED:
+        _LOADED[key] = Probe(VerifierCard.load(p))
+    return _LOADED[key]

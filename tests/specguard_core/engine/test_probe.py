@@ -1,0 +1,110 @@
+"""Verifier cards: fingerprint checks, validation, and the engine refusing a card for another model."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from specguard_core.config import SpecGuardConfig
+from specguard_core.engine.loop import SpecGuardEngine
+from specguard_core.engine.probe import (
+    CardError,
+    Fingerprint,
+    Probe,
+    VerifierCard,
+    fingerprint,
+    load_probe,
+)
+from specguard_core.engine.verifier import Scores, step_score
+
+
+def card_for(model: Any, tokenizer: Any, layers: tuple[int, ...] = (1,),
+             scalars: tuple[str, ...] = ("confidence",)) -> VerifierCard:
+    fp = Fingerprint.model_validate(fingerprint(model, tokenizer))
+    width = len(layers) * fp.hidden_size + len(scalars)
+    return VerifierCard(model=fp, features=[f"hidden:{i}" for i in layers] + list(scalars),
+                        mean=[0.0] * width, scale=[1.0] * width, weights=[0.01] * width, bias=0.0)
+
+
+def test_fingerprint_tells_models_apart(tiny_pair: tuple[Any, ...]) -> None:
+    d_model, d_tok, t_model, t_tok = tiny_pair
+    assert fingerprint(d_model, d_tok) == fingerprint(d_model, d_tok)
+    a = Fingerprint.model_validate(fingerprint(d_model, d_tok))
+    b = Fingerprint.model_validate(fingerprint(t_model, t_tok))
+    assert set(a.mismatch(b)) >= {"config_sha256", "hidden_size", "num_layers"}
+
+
+def test_card_for_another_model_is_refused(tiny_pair: tuple[Any, ...], tmp_path: Path) -> None:
+    d_model, d_tok, t_model, t_tok = tiny_pair
+    path = tmp_path / "target-card.json"
+    card_for(t_model, t_tok).save(path)
+    with pytest.raises(CardError, match="trained on .* but the scoring model is .*verifier-train"):
+        VerifierCard.load(path).check_model(d_model, d_tok, path)
+    engine = SpecGuardEngine(d_model, d_tok, t_model, t_tok)
+    with pytest.raises(CardError, match="hidden_size"):
+        engine.generate("2 + 3?", verifier=str(path), max_new_tokens=4)
+    # the same card is fine when the target scores the steps
+    engine.generate("2 + 3?", verifier=str(path), scoring_model="target", max_new_tokens=4,
+                    tau=-math.inf)
+
+
+def test_bad_cards_are_clear_errors(tiny_pair: tuple[Any, ...], tmp_path: Path) -> None:
+    card = card_for(tiny_pair[0], tiny_pair[1])
+    with pytest.raises(CardError, match="not found"):
+        load_probe(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(card.model_dump_json().replace('"bias":0.0', '"bias":"x"'))
+    with pytest.raises(CardError, match="not a valid verifier card"):
+        VerifierCard.load(bad)
+    with pytest.raises(ValueError, match="weights has"):
+        VerifierCard.model_validate({**card.model_dump(), "weights": [0.0], "mean": [0.0],
+                                     "scale": [1.0]})
+    with pytest.raises(ValueError, match="pooling 'last' is not available"):
+        VerifierCard.model_validate({**card.model_dump(), "pooling": "last"})
+
+
+def test_probe_score_is_a_probability_and_paper_is_unchanged(tiny_pair: tuple[Any, ...],
+                                                           tmp_path: Path) -> None:
+    card = card_for(tiny_pair[0], tiny_pair[1])
+    path = tmp_path / "card.json"
+    card.save(path)
+    d = card.model.hidden_size
+    scores = Scores(-1.0, 0.95, {1: torch.ones(d)}, -0.5, 7)
+    z = 0.01 * (d * 1.0 - 1.0)
+    assert step_score(scores, SpecGuardConfig(verifier=str(path))) == pytest.approx(
+        1 / (1 + math.exp(-z)))
+    cfg = SpecGuardConfig()
+    assert cfg.verifier == "paper"
+    assert step_score(scores, cfg) == pytest.approx(0.3 * (1 - 1 / 8) + 0.7 * 0.95)
+    with pytest.raises(CardError, match="hidden layer 1 but it was not pooled"):
+        Probe(card).score({}, {"confidence": 0.0})
+    with pytest.raises(CardError, match="scalar feature 'confidence'"):
+        Probe(card).score({1: torch.ones(d)}, {})
+
+
+REAL = Path.home() / ".cache" / "specguard" / "models" / "hf"
+REAL_DRAFT, REAL_TARGET = (REAL / "qwen2.5-coder-0.5b-instruct-bfloat16",
+                           REAL / "qwen2.5-coder-1.5b-instruct-bfloat16")
+SHIPPED = Path(__file__).resolve().parents[3] / "benchmarks" / "verifier-qwen2.5-coder-0.5b.json"
+
+
+@pytest.mark.real
+@pytest.mark.skipif(not (os.environ.get("SPECGUARD_REAL_MODELS") == "1" and REAL_DRAFT.is_dir()
+                         and REAL_TARGET.is_dir()),
+                    reason="opt-in real-model test: set SPECGUARD_REAL_MODELS=1 (needs the default "
+                    "pair in ~/.cache/specguard/models/hf)")
+def test_shipped_card_runs_on_the_default_pair() -> None:
+    engine = SpecGuardEngine.from_pretrained(str(REAL_DRAFT), str(REAL_TARGET), device="cpu",
+                                             dtype="bfloat16", progress=False)
+    result = engine.generate("What is 12 * 7?", verifier=str(SHIPPED), k=1, temperature=0.0,
+                             tau=-math.inf, max_new_tokens=48, max_steps=3)
+    scores = [s.score for s in result.steps if s.score is not None]
+    assert scores and all(0.0 < s < 1.0 for s in scores)
+    with pytest.raises(CardError, match="trained on qwen2.5-coder-0.5b"):
+        engine.generate("What is 12 * 7?", verifier=str(SHIPPED), scoring_model="target",
+                        max_new_tokens=8)
