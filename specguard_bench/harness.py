@@ -25,7 +25,14 @@ from tqdm.auto import tqdm
 
 from specguard_bench.answers import grade
 from specguard_bench.data import Problem, load_file, load_problems, messages_for
-from specguard_bench.methods import METHODS, check_methods, preset_of, run_method, specguard_config
+from specguard_bench.methods import (
+    DEFAULT_METHODS,
+    VARIANTS,
+    check_methods,
+    preset_of,
+    run_method,
+    specguard_config,
+)
 from specguard_bench.metrics import ProblemRow, markdown_table, specguard_fields, summarize
 from specguard_bench.store import RESULTS, append_row, check_resume, load_rows, pending_pairs
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig
@@ -60,7 +67,7 @@ class BenchSettings(PairSettings):
     n: int = 20
     offset: int = 0
     seed: int = 0
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = DEFAULT_METHODS
     max_new_tokens: int = 700
     bounds_path: Path | None = None
     warmup: bool = True
@@ -72,6 +79,8 @@ class BenchSettings(PairSettings):
         return {
             "seed": self.seed,
             "presets": {name: dict(sorted(values.items())) for name, values in sorted(PRESETS.items())},
+            "variants": {name: [base, dict(sorted(fixed.items()))]
+                         for name, (base, fixed) in sorted(VARIANTS.items())},
             "sets": dict(sorted(self.sets.items())),
             "max_new_tokens": self.max_new_tokens,
             "draft": self.draft,
