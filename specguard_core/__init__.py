@@ -20,7 +20,7 @@ _EXPORTS = {
     "GenerationResult": "specguard_core.types",
     "StepRecord": "specguard_core.types",
     "ToolCall": "specguard_core.types",
-    "GenerationStream": "specguard_core.engine.loop",
+    "GenerationStream": "specguard_core.engine.stream",
     "SpecGuardEngine": "specguard_core.engine.loop",
 }
 __all__ = [
@@ -37,7 +37,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, preset
-    from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
+    from specguard_core.engine.loop import SpecGuardEngine
+    from specguard_core.engine.stream import GenerationStream
     from specguard_core.types import GenerationResult, StepRecord, ToolCall
 
 

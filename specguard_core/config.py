@@ -69,7 +69,7 @@ class NormBounds(BaseModel):
 
 
 class SpecGuardConfig(BaseModel):
-    """The algorithm's configuration (DESIGN.md section 2; paper defaults noted in `paper`)."""
+    """The algorithm's per-request configuration (the paper's defaults are the `paper` preset)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

