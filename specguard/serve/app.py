@@ -165,6 +165,15 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             lease.release()
         return JSONResponse(build(lease.stream.result, rid, model_name))
 
+    async def reply(request: Request, req: Any, lease: Lease, cfg: SpecGuardConfig, prefix: str,
+                    obj: str, build: Any) -> Any:
+        """The answer to an opened request: SSE events when it asked to stream, else one body."""
+        rid = convert.new_id(prefix)
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return EventStream(events(request, lease, rid, obj, cfg.stop, include_usage), lease)
+        return await respond(request, lease, build, rid)
+
     async def events(request: Request, lease: Lease, rid: str, obj: str,
                      stops: tuple[str, ...], include_usage: bool) -> AsyncIterator[str]:
         """SSE: a role chunk, one chunk per committed step (its trace in `specguard.step`), a final
@@ -225,24 +234,16 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             if takes_format:
                 kwargs["response_format"] = req.response_format
         lease = await open_stream(messages, cfg, **kwargs)
-        rid = convert.new_id("chatcmpl")
-        if req.stream:
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return EventStream(events(request, lease, rid, "chat.completion.chunk", cfg.stop,
-                                      include_usage), lease)
-        return await respond(request, lease, convert.chat_response, rid)
+        return await reply(request, req, lease, cfg, "chatcmpl", "chat.completion.chunk",
+                           convert.chat_response)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         req: CompletionRequest = await parse(request, CompletionRequest)
         cfg = config_for(req)
         lease = await open_stream(req.text(), cfg)
-        rid = convert.new_id("cmpl")
-        if req.stream:
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return EventStream(events(request, lease, rid, "text_completion", cfg.stop,
-                                      include_usage), lease)
-        return await respond(request, lease, convert.completion_response, rid)
+        return await reply(request, req, lease, cfg, "cmpl", "text_completion",
+                           convert.completion_response)
 
     card = {"id": model_name, "object": "model", "created": created, "owned_by": "specguard",
             "specguard": {"draft": engine.draft.name, "target": engine.target.name,
