@@ -33,6 +33,7 @@ from typing_extensions import Self
 
 from specguard_core import EngineConfig, GenerationResult, SpecGuardConfig, SpecGuardEngine
 from specguard_core.engine.aio import iterate_in_thread
+from specguard_core.engine.formats import with_instruction
 from specguard_core.engine.loop import GenerationStream
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, resolve
 from specguard_integrations.common import (
@@ -54,7 +55,6 @@ from specguard_integrations.langchain_convert import (
     normalise_tool_choice,
     response_format_for,
     to_engine_message,
-    with_instruction,
 )
 
 __all__ = ["ChatSpecGuard", "normalise_tool_choice", "to_engine_message"]

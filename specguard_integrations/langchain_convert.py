@@ -22,15 +22,13 @@ from langchain_core.messages.tool import invalid_tool_call, tool_call, tool_call
 from langchain_core.utils.function_calling import convert_to_json_schema
 
 from specguard_core import GenerationResult, StepRecord, ToolCall
+from specguard_core.engine import formats
 from specguard_core.engine.steps import StepRules, strip_markers
 
 _RULES = StepRules()
 _SKIPPED_BLOCKS = {"reasoning", "thinking", "redacted_thinking", "tool_use", "tool_call",
                    "tool_call_chunk", "invalid_tool_call", "function_call"}
 _MEDIA_BLOCKS = {"image", "image_url", "audio", "input_audio", "file", "video"}
-_JSON_ONLY = "Reply with a single JSON object and nothing else."
-
-
 # ---- LangChain messages -> engine messages ---------------------------------------------------
 def _text(message: BaseMessage) -> str:
     """The message's text; reasoning and tool-use blocks are dropped, media is refused."""
@@ -84,23 +82,14 @@ def to_engine_message(message: BaseMessage) -> dict[str, Any]:
     raise ValueError(f"ChatSpecGuard cannot convert a {type(message).__name__}")
 
 
-def with_instruction(messages: list[dict[str, Any]], instruction: str) -> list[dict[str, Any]]:
-    """`instruction` appended to the leading system message (or as one)."""
-    if messages and messages[0]["role"] == "system":
-        first = {**messages[0], "content": f"{messages[0]['content']}\n\n{instruction}".strip()}
-        return [first, *messages[1:]]
-    return [{"role": "system", "content": instruction}, *messages]
-
-
 def format_instruction(response_format: dict[str, Any]) -> str:
-    """OpenAI's `response_format` as an instruction for the model."""
-    if response_format.get("type") == "json_schema":
-        schema = response_format.get("json_schema", {}).get("schema", {})
-        return f"{_JSON_ONLY} It must match this JSON schema:\n{json.dumps(schema)}"
-    if response_format.get("type") == "json_object":
-        return _JSON_ONLY
-    raise ValueError(f"unsupported response_format {response_format!r}; use json_schema or "
-                     "json_object")
+    """OpenAI's `response_format` as an instruction for the model (`formats.format_instruction`);
+    a type other than json_schema/json_object is an error here."""
+    instruction = formats.format_instruction(response_format)
+    if instruction is None:
+        raise ValueError(f"unsupported response_format {response_format!r}; use json_schema or "
+                         "json_object")
+    return instruction
 
 
 # ---- tools and tool_choice -------------------------------------------------------------------

@@ -35,6 +35,7 @@ from specguard.serve.protocol import (
 )
 from specguard.serve.slots import APIError, ClientGone, EventStream, Lease, Slots
 from specguard_core.config import SpecGuardConfig
+from specguard_core.engine import formats
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.chat import InputError
 
@@ -228,9 +229,9 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         kwargs: dict[str, Any] = {"tools": req.tools, "tool_choice": req.tool_choice or "auto"}
         # the model is told the format (the engine verifies answers, it does not constrain
         # decoding), and the engine checks it where it can: an invalid draft answer goes to the target
-        if req.response_format and (instruction := convert.format_instruction(
+        if req.response_format and (instruction := formats.format_instruction(
                 req.response_format)):
-            messages = convert.with_instruction(messages, instruction)
+            messages = formats.with_instruction(messages, instruction)
             if takes_format:
                 kwargs["response_format"] = req.response_format
         lease = await open_stream(messages, cfg, **kwargs)

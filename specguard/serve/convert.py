@@ -21,9 +21,6 @@ from specguard_core.engine.steps import StepRules, strip_markers
 from specguard_core.types import FinishReason, GenerationResult, StepRecord, ToolCall
 
 _RULES = StepRules()
-_JSON_ONLY = "Reply with a single JSON object and nothing else."
-
-
 # ---- requests -> engine inputs ---------------------------------------------------------------
 def _content_text(content: str | list[dict[str, Any]] | None, index: int) -> str | None:
     if content is None or isinstance(content, str):
@@ -50,25 +47,6 @@ def engine_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
                 msg[key] = getattr(m, key)
         out.append(msg)
     return out
-
-
-def format_instruction(response_format: dict[str, Any]) -> str | None:
-    """OpenAI's `response_format` as an instruction for the model (None for plain text)."""
-    kind = response_format.get("type")
-    if kind == "json_schema":
-        schema = response_format.get("json_schema", {}).get("schema", {})
-        return f"{_JSON_ONLY} It must match this JSON schema:\n{json.dumps(schema)}"
-    if kind == "json_object":
-        return _JSON_ONLY
-    return None
-
-
-def with_instruction(messages: list[dict[str, Any]], instruction: str) -> list[dict[str, Any]]:
-    """`instruction` appended to the leading system message (or added as one)."""
-    if messages and messages[0]["role"] in ("system", "developer"):
-        first = {**messages[0], "content": f"{messages[0]['content'] or ''}\n\n{instruction}".strip()}
-        return [first, *messages[1:]]
-    return [{"role": "system", "content": instruction}, *messages]
 
 
 def request_config(base: SpecGuardConfig, req: ChatCompletionRequest | CompletionRequest

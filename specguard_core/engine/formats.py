@@ -98,3 +98,27 @@ def check_answer(answer: str, fmt: ResponseFormat, done: bool) -> str | None:
         except jsonschema.exceptions.SchemaError as err:  # pragma: no cover - checked in `of`
             return f"response_format schema error: {err.message}"
     return None
+
+
+_JSON_ONLY = "Reply with a single JSON object and nothing else."
+
+
+def format_instruction(response_format: dict[str, Any]) -> str | None:
+    """OpenAI's `response_format` (`json_schema` or `json_object`) as an instruction for the model,
+    which the engine's check does not replace (it verifies answers, it does not constrain
+    decoding); None for any other type (plain text)."""
+    kind = response_format.get("type")
+    if kind == "json_schema":
+        schema = response_format.get("json_schema", {}).get("schema", {})
+        return f"{_JSON_ONLY} It must match this JSON schema:\n{json.dumps(schema)}"
+    if kind == "json_object":
+        return _JSON_ONLY
+    return None
+
+
+def with_instruction(messages: list[dict[str, Any]], instruction: str) -> list[dict[str, Any]]:
+    """`instruction` appended to the leading system (or developer) message, or added as one."""
+    if messages and messages[0]["role"] in ("system", "developer"):
+        first = {**messages[0], "content": f"{messages[0]['content'] or ''}\n\n{instruction}".strip()}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": instruction}, *messages]

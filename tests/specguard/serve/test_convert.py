@@ -11,6 +11,7 @@ import pytest
 from specguard.serve import convert
 from specguard.serve.protocol import ChatCompletionRequest, ChatMessage
 from specguard_core.config import SpecGuardConfig
+from specguard_core.engine import formats
 from specguard_core.engine.chat import InputError
 from specguard_core.types import StepRecord, ToolCall
 
@@ -47,11 +48,11 @@ def test_messages_text_parts_and_tool_calls() -> None:
 
 
 def test_instruction_joins_the_system_message() -> None:
-    out = convert.with_instruction([{"role": "system", "content": "Be brief."},
+    out = formats.with_instruction([{"role": "system", "content": "Be brief."},
                                     {"role": "user", "content": "q"}], "JSON only.")
     assert out[0] == {"role": "system", "content": "Be brief.\n\nJSON only."} and len(out) == 2
-    assert convert.with_instruction([{"role": "user", "content": "q"}], "X")[0]["role"] == "system"
-    assert convert.format_instruction({"type": "text"}) is None
+    assert formats.with_instruction([{"role": "user", "content": "q"}], "X")[0]["role"] == "system"
+    assert formats.format_instruction({"type": "text"}) is None
 
 
 def test_deltas_concatenate_to_the_stripped_answer() -> None:
