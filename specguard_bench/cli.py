@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specguard_bench.data import DATASETS, DEFAULT_MAX_NEW_TOKENS, FILE_MAX_NEW_TOKENS
-from specguard_bench.methods import DEFAULT_METHODS, METHODS
+from specguard_bench.methods import METHODS
 from specguard_core.config import PRESETS, parse_sets, parse_value  # noqa: F401 (re-exported)
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -89,9 +89,8 @@ def add_bench_parser(
     p.add_argument(
         "--methods",
         type=_csv(str),
-        default=DEFAULT_METHODS,
-        help=f"comma-separated subset of {','.join(METHODS)} (default: all but specguard-learned, "
-        "whose verifier card belongs to the default draft)",
+        default=METHODS,
+        help=f"comma-separated subset of {','.join(METHODS)} (default: all)",
     )
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="output directory")
     p.add_argument(

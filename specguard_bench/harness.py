@@ -12,6 +12,7 @@ no method is always first after a model switch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -26,7 +27,7 @@ from tqdm.auto import tqdm
 from specguard_bench.answers import grade
 from specguard_bench.data import Problem, load_file, load_problems, messages_for
 from specguard_bench.methods import (
-    DEFAULT_METHODS,
+    METHODS,
     VARIANTS,
     check_methods,
     preset_of,
@@ -37,6 +38,7 @@ from specguard_bench.metrics import ProblemRow, markdown_table, specguard_fields
 from specguard_bench.store import RESULTS, append_row, check_resume, load_rows, pending_pairs
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specguard_core.verifiers import SHIPPED_DIR
 
 SUMMARY, TABLE, PLOT = "summary.json", "results.md", "results.png"
 WARMUP_PROMPT = "What is 2 + 3?"
@@ -67,7 +69,7 @@ class BenchSettings(PairSettings):
     n: int = 20
     offset: int = 0
     seed: int = 0
-    methods: tuple[str, ...] = DEFAULT_METHODS
+    methods: tuple[str, ...] = METHODS
     max_new_tokens: int = 700
     bounds_path: Path | None = None
     warmup: bool = True
@@ -88,9 +90,17 @@ class BenchSettings(PairSettings):
             "device": self.device,
             "dtype": self.dtype,
             "bounds": bounds.model_dump() if bounds is not None else None,
+            # what verifier="auto" may resolve to: a retrained card is a new run
+            "shipped_cards": shipped_cards(),
             # only when set, so runs stored before the field existed still resume
             **({"heterogeneous": True} if self.heterogeneous else {}),
         }
+
+
+def shipped_cards() -> dict[str, str]:
+    """sha256 of each verifier card shipped with the package, by file name."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(SHIPPED_DIR.glob("*.json"))}
 
 
 # --------------------------------------------------------------------------- running

@@ -8,7 +8,6 @@
   preset, then the user's `--set` overrides (global `key=value`, or `paper.key=value` /
   `balanced.key=value` / `fast.key=value` for one preset).
 - `specguard-paper-sd`: the paper preset with the speculative fallback (`fallback="speculative"`)
-- `specguard-learned`: the fast preset with the learned verifier card of the default draft
   instead of its k-sample fallback; `paper.key=value` overrides apply to it too.
 
 Latency is wall-clock around everything a caller would do for one answer: templating the prompt,
@@ -29,18 +28,10 @@ if TYPE_CHECKING:  # torch and transformers load only when a method runs (`specg
     from transformers import GenerationConfig
 
 METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-paper", "specguard-paper-sd",
-                             "specguard-balanced", "specguard-fast", "specguard-learned")
-# what `specguard bench` runs unless told: every method that works on any pair (the learned
-# verifier's card belongs to the default draft and refuses other models)
-DEFAULT_METHODS: tuple[str, ...] = tuple(m for m in METHODS if m != "specguard-learned")
+                             "specguard-balanced", "specguard-fast")
 # method variants: a preset with fixed changes (applied before the user's overrides)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "paper-sd": ("paper", {"fallback": "speculative"}),
-    # the fast preset with the learned verifier card of the default draft (path relative to the
-    # repository root, where the bench runs); tau 0.87 is the card's threshold for 95% precision;
-    # beta < 1 because the card reads grounding, which needs attention capture
-    "learned": ("fast", {"verifier": "benchmarks/verifier-qwen2.5-coder-0.5b.json", "beta": 0.3,
-                         "tau": 0.87}),
 }
 
 

@@ -20,6 +20,9 @@ from specguard_bench.verifier_features import FeatureTable
 from specguard_core.engine.probe import Fingerprint, VerifierCard
 
 RUNTIME_SCALARS = ("confidence", "grounding", "mean_logprob", "n_tokens")
+# the same without grounding: a card that reads no attention lets the draft skip attention capture
+# (beta = 1) and is what `choose` prefers at equal length-controlled AUROC
+ATTENTION_FREE_SCALARS = tuple(s for s in RUNTIME_SCALARS if s != "grounding")
 C_GRID = (0.0005, 0.002, 0.01, 0.05)
 
 
@@ -115,13 +118,17 @@ def search(table: FeatureTable, log: Any = print) -> list[dict[str, Any]]:
     pair = run(Candidate("mean", tuple(sorted(top.layers + second.layers)), (), top.C))
     top = best([pair] + [r for r in tried if r["candidate"] == top])["candidate"]
     run(Candidate("mean", top.layers, RUNTIME_SCALARS, top.C))
+    run(Candidate("mean", top.layers, ATTENTION_FREE_SCALARS, top.C))
     return tried
 
 
 def choose(tried: list[dict[str, Any]]) -> dict[str, Any]:
-    """The best runnable candidate (mean pooling) by length-controlled CV AUROC."""
+    """The best runnable candidate (mean pooling) by length-controlled CV AUROC to three decimals;
+    at a tie, one that needs no attention (no grounding feature), since reading attention costs
+    the draft a capture on every step."""
     runnable = [r for r in tried if r["candidate"].pooling == "mean" and r["candidate"].layers]
-    return max(runnable, key=lambda r: r["auroc_length_controlled"] or 0.0)
+    return max(runnable, key=lambda r: (round(r["auroc_length_controlled"] or 0.0, 3),
+                                        "grounding" not in r["candidate"].scalars))
 
 
 def fit_card(table: FeatureTable, row: dict[str, Any], precision: float) -> VerifierCard:

@@ -89,9 +89,11 @@ class SpecGuardConfig(BaseModel):
     selector: Literal["hidden", "sentence-transformer"] = "hidden"
     sentence_transformer: str | None = None
     scoring_model: Literal["draft", "target"] = "draft"
-    verifier: str = Field("paper", min_length=1, description="'paper' (the beta ensemble of l and "
-                          "g) or the path of a verifier card from `specguard verifier-train` "
-                          "(then the score is the probe's P(step correct))")
+    verifier: str = Field("auto", min_length=1, description="'auto' (the learned verifier card "
+                          "shipped for the scoring model when there is one, else 'paper'), "
+                          "'paper' (the beta ensemble of l and g), or the path of a verifier card "
+                          "from `specguard verifier-train` (with a card the score is the probe's "
+                          "P(step correct))")
     # fall back
     fallback: Literal["greedy", "sample", "speculative"] = Field(
         "greedy", description="who writes a rejected step: the target greedily or as fallback_k "
@@ -190,15 +192,18 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the paper's settings (arXiv 2604.15244): k=16, T=0.7, top_p=0.8, beta=0.3, tau=0.7,
     # k-sample target fallback with the same selector
     "paper": dict(k=16, temperature=0.7, top_p=0.8, beta=0.3, tau=0.7, fallback="sample",
-                  fallback_k=16),
+                  fallback_k=16, verifier="paper"),
     # hold the target's accuracy at the lowest latency: one greedy draft candidate, confidence only
     # (no attention capture), every step checked by one target pass (typical acceptance), rejected
     # steps finished by the speculative fallback. See README "Presets" for how it was chosen.
     "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, tau_accept=math.inf,
                      tau_reject=-math.inf, fallback="speculative", fallback_k=1),
-    # latency-first: confident draft steps are kept without the target, the rest go through the
+    # latency-first: draft steps the verifier is confident in are kept without the target (the
+    # learned card's P(correct) >= 0.87, its 95%-precision threshold on human-labelled steps; where
+    # no card ships for the draft, the paper's confidence-only r), the rest go through the
     # speculative fallback (never slower than the target writing the step)
-    "fast": dict(k=1, temperature=0.0, beta=1.0, tau=0.9, fallback="speculative", fallback_k=1),
+    "fast": dict(k=1, temperature=0.0, beta=1.0, verifier="auto", tau=0.87, fallback="speculative",
+                 fallback_k=1),
 }
 
 

@@ -195,6 +195,7 @@ class GenerationResult:
     tool_calls: list[ToolCall] = field(default_factory=list)
     invalid_tool_calls: list[ToolCall] = field(default_factory=list)
     model_name: str = ""
+    verifier: str = ""  # what scored the steps: "paper" or a card's path (`verifier="auto"` resolved)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -204,9 +205,9 @@ class GenerationResult:
 
     def trace(self) -> dict[str, Any]:
         """The run's trace in the one schema: `steps` (each `StepRecord.trace()`), `stats`,
-        `usage`, `finish_reason`, `model`."""
+        `usage`, `finish_reason`, `model`, `verifier`."""
         return {
-            "model": self.model_name, "finish_reason": self.finish_reason,
+            "model": self.model_name, "verifier": self.verifier, "finish_reason": self.finish_reason,
             "usage": {**asdict(self.usage), "total_tokens": self.usage.total_tokens},
             "stats": self.stats.to_dict(), "steps": [s.trace() for s in self.steps],
         }

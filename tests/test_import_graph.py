@@ -18,7 +18,7 @@ PACKAGES = ("specguard", "specguard_core", "specguard_bench", "specguard_integra
 
 # Lower number = lower layer; a module may import its own layer or lower ones only.
 CORE_LAYERS = {
-    "specguard_core.config": 0, "specguard_core.types": 0,
+    "specguard_core.config": 0, "specguard_core.types": 0, "specguard_core.verifiers": 0,
     "specguard_core.models": 1,
     "specguard_core.engine.signals": 2, "specguard_core.engine.steps": 2,
     "specguard_core.engine.chat": 2, "specguard_core.engine.schema": 2,

@@ -25,8 +25,9 @@ def add_run_parser(sub: Any) -> None:
                                                            "float32"])
     add_loader_flags(p)
     p.add_argument("--bounds", help="normaliser bounds JSON from `specguard calibrate`")
-    p.add_argument("--verifier", help="'paper' (default) or a verifier card JSON from "
-                   "`specguard verifier-train` (then r is the probe's P(step correct))")
+    p.add_argument("--verifier", help="'auto' (default: the card shipped for the draft, else "
+                   "'paper'), 'paper', or a verifier card JSON from `specguard verifier-train` "
+                   "(with a card r is the probe's P(step correct))")
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--system", help="optional system message")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",

@@ -70,7 +70,7 @@ def _features(args: argparse.Namespace, folder: Path) -> tuple[Any, int]:
     model, tokenizer = load_model(_model_ref(args.model), device=args.device, dtype=args.dtype,
                                   progress=not args.no_progress)
     with torch.inference_mode():
-        extract(ModelHandle(model, tokenizer), sols, folder, str(args.data),
+        extract(ModelHandle(model, tokenizer), sols, folder, str(Path(args.data).resolve()),
                 progress=not args.no_progress)
     return load_features(folder, len(sols)), len(sols)
 

@@ -33,7 +33,7 @@ from specguard_core.engine.chat import (
 from specguard_core.engine.fallback import generated, regenerate, speculate
 from specguard_core.engine.formats import ResponseFormat
 from specguard_core.engine.handle import ModelHandle, TentativePass
-from specguard_core.engine.probe import load_probe
+from specguard_core.engine.probe import load_probe, shipped_card
 from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, propose
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.selector import Selector
@@ -82,6 +82,7 @@ class SpecGuardEngine:
         self._lock = threading.Lock()
         self._selectors: dict[tuple[str, str | None], Selector] = {}
         self._checked_cards: set[tuple[str, str]] = set()  # (card path, model) fingerprints checked
+        self._auto_verifier: dict[str, str] = {}  # model name -> what verifier="auto" means for it
 
     @classmethod
     def from_pretrained(cls, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
@@ -135,7 +136,7 @@ class SpecGuardEngine:
         one forward pass and raises TimeoutError from the stream."""
         if timeout is not None and not timeout > 0:
             raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        cfg = (config or self.config).merged(**overrides)
+        cfg = self._resolve_verifier((config or self.config).merged(**overrides))
         try:
             fmt = ResponseFormat.of(response_format)
         except ValueError as err:
@@ -293,6 +294,18 @@ class SpecGuardEngine:
         """Layers whose attention rows feed grounding; None (no capture) when beta == 1 gives
         grounding no weight, which is also how to measure what capture costs."""
         return capture.last_layers(handle.model, cfg.grounding_layers) if cfg.beta < 1 else None
+
+    def _resolve_verifier(self, cfg: SpecGuardConfig) -> SpecGuardConfig:
+        """`verifier="auto"` becomes the card shipped for the scoring model (`specguard_core/
+        verifiers/`, matched by fingerprint) when there is one, else the paper's ensemble; the
+        request's config, and so its trace, names what was used."""
+        if cfg.verifier != "auto":
+            return cfg
+        handle = self.target if cfg.scoring_model == "target" else self.draft
+        if handle.name not in self._auto_verifier:
+            card = shipped_card(handle.model, handle.tokenizer)
+            self._auto_verifier[handle.name] = "paper" if card is None else str(card)
+        return cfg.merged(verifier=self._auto_verifier[handle.name])
 
     def _pool_layers(self, handle: ModelHandle, cfg: SpecGuardConfig) -> tuple[int, ...]:
         """Hidden layers a verifier card reads from `handle` (its fingerprint checked once per card

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from specguard_core import verifiers
+
 # config keys that do not change what the hidden states mean
 _VOLATILE = {"_name_or_path", "torch_dtype", "dtype", "transformers_version", "_attn_implementation",
              "_attn_implementation_autoset", "attn_implementation", "use_cache", "_commit_hash",
@@ -164,6 +166,16 @@ class Probe:
 
 
 _LOADED: dict[tuple[str, int], Probe] = {}
+
+
+def shipped_card(model: Any, tokenizer: Any, folder: Path | None = None) -> Path | None:
+    """The shipped card trained on this model (same fingerprint), or None. Reads only the cards'
+    JSON; what `verifier="auto"` resolves to."""
+    here = Fingerprint.model_validate(fingerprint(model, tokenizer))
+    for path in sorted((folder or verifiers.SHIPPED_DIR).glob("*.json")):
+        if not VerifierCard.load(path).model.mismatch(here):
+            return path
+    return None
 
 
 def load_probe(path: str | Path) -> Probe:

@@ -191,4 +191,5 @@ class Request:
             steps=list(self.steps), usage=Usage(self.prompt_tokens, self.n_new), stats=self.stats,
             finish_reason=self.finish or "stop", tool_calls=list(self.tool_calls),
             invalid_tool_calls=list(self.invalid_tool_calls), model_name=model_name,
+            verifier=self.cfg.verifier,
         )

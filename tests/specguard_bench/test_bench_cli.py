@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specguard_bench.cli import main, parse_sets
-from specguard_bench.methods import DEFAULT_METHODS, specguard_config, split_overrides
+from specguard_bench.methods import METHODS, specguard_config, split_overrides
 from specguard_bench.store import RESULTS, load_rows
 from specguard_core.config import NormBounds, SpecGuardConfig
 
@@ -76,7 +76,7 @@ def test_bench_and_calibrate_end_to_end(bench_pair_dirs: tuple[Path, Path], tmp_
     assert main(argv) == 0
     rows = load_rows(out / RESULTS)
     assert sorted((r.uid, r.method) for r in rows) == sorted(
-        (f"gsm8k/{i}", m) for i in range(2) for m in DEFAULT_METHODS
+        (f"gsm8k/{i}", m) for i in range(2) for m in METHODS
     )
     for r in rows:
         assert r.latency_s > 0 and 0 < r.new_tokens <= 16 and r.prompt_tokens > 0
@@ -90,7 +90,7 @@ def test_bench_and_calibrate_end_to_end(bench_pair_dirs: tuple[Path, Path], tmp_
         else:
             assert r.step_trace is None
     summary = json.loads((out / "summary.json").read_text())
-    assert list(summary["methods"]) == list(DEFAULT_METHODS)
+    assert list(summary["methods"]) == list(METHODS)
     assert summary["bounds"]["path"] == str(bounds) and summary["bounds"]["calibrated"]
     assert NormBounds(**summary["bounds"]["values"]) == fitted
     assert summary["configs"]["specguard-paper"]["k"] == 3

@@ -11,6 +11,8 @@ import torch
 
 from specguard_bench.verifier_features import FeatureTable, scalar_names
 from specguard_bench.verifier_train import (
+    ATTENTION_FREE_SCALARS,
+    RUNTIME_SCALARS,
     Candidate,
     _model,
     choose,
@@ -91,3 +93,20 @@ def test_threshold_for_precision() -> None:
     thr, _, kept = threshold_for_precision(p, y, 0.95)
     assert (thr, kept) == (0.9, pytest.approx(1 / 3))
     assert threshold_for_precision(np.array([0.5, 0.5]), np.array([0, 1]), 0.9)[0] is None
+
+
+def row(cand: Candidate, auroc_lc: float) -> dict[str, object]:
+    return {"candidate": cand, "auroc": auroc_lc, "auroc_length_controlled": auroc_lc}
+
+
+def test_choose_prefers_the_attention_free_card_at_equal_auroc() -> None:
+    with_g = Candidate("mean", (4,), RUNTIME_SCALARS, 0.01)
+    without_g = Candidate("mean", (4,), ATTENTION_FREE_SCALARS, 0.01)
+    assert "grounding" not in without_g.scalars
+    assert choose([row(with_g, 0.7771), row(without_g, 0.7768)])["candidate"] == without_g
+    # a real gain from grounding still wins
+    assert choose([row(with_g, 0.790), row(without_g, 0.777)])["candidate"] == with_g
+    # search tries both
+    tried = search(synthetic(), log=lambda _: None)
+    scalar_sets = {r["candidate"].scalars for r in tried}
+    assert RUNTIME_SCALARS in scalar_sets and ATTENTION_FREE_SCALARS in scalar_sets

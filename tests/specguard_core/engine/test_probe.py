@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from specguard_core import verifiers
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.loop import SpecGuardEngine
 from specguard_core.engine.probe import (
@@ -19,6 +20,7 @@ from specguard_core.engine.probe import (
     VerifierCard,
     fingerprint,
     load_probe,
+    shipped_card,
 )
 from specguard_core.engine.verifier import Scores, step_score
 
@@ -78,8 +80,8 @@ def test_probe_score_is_a_probability_and_paper_is_unchanged(tiny_pair: tuple[An
     z = 0.01 * (d * 1.0 - 1.0)
     assert step_score(scores, SpecGuardConfig(verifier=str(path))) == pytest.approx(
         1 / (1 + math.exp(-z)))
-    cfg = SpecGuardConfig()
-    assert cfg.verifier == "paper"
+    assert SpecGuardConfig().verifier == "auto"  # the shipped card where one matches, else paper
+    cfg = SpecGuardConfig(verifier="paper")
     assert step_score(scores, cfg) == pytest.approx(0.3 * (1 - 1 / 8) + 0.7 * 0.95)
     with pytest.raises(CardError, match="hidden layer 1 but it was not pooled"):
         Probe(card).score({}, {"confidence": 0.0})
@@ -90,7 +92,7 @@ def test_probe_score_is_a_probability_and_paper_is_unchanged(tiny_pair: tuple[An
 REAL = Path.home() / ".cache" / "specguard" / "models" / "hf"
 REAL_DRAFT, REAL_TARGET = (REAL / "qwen2.5-coder-0.5b-instruct-bfloat16",
                            REAL / "qwen2.5-coder-1.5b-instruct-bfloat16")
-SHIPPED = Path(__file__).resolve().parents[3] / "benchmarks" / "verifier-qwen2.5-coder-0.5b.json"
+SHIPPED = verifiers.SHIPPED_DIR / "qwen2.5-coder-0.5b-instruct.json"
 
 
 @pytest.mark.real
@@ -108,3 +110,40 @@ def test_shipped_card_runs_on_the_default_pair() -> None:
     with pytest.raises(CardError, match="trained on qwen2.5-coder-0.5b"):
         engine.generate("What is 12 * 7?", verifier=str(SHIPPED), scoring_model="target",
                         max_new_tokens=8)
+
+
+def test_auto_verifier_uses_the_card_shipped_for_the_draft(tiny_pair: tuple[Any, ...],
+                                                           tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    d_model, d_tok, t_model, t_tok = tiny_pair
+    monkeypatch.setattr(verifiers, "SHIPPED_DIR", tmp_path)
+    target_card = tmp_path / "a-target.json"
+    card_for(t_model, t_tok).save(target_card)
+    assert shipped_card(d_model, d_tok) is None  # only a card for another model is shipped
+    engine = SpecGuardEngine(d_model, d_tok, t_model, t_tok)
+    paper = engine.generate("2 + 3?", verifier="auto", max_new_tokens=4, tau=-math.inf)
+    assert paper.verifier == "paper" and paper.trace()["verifier"] == "paper"
+    # with scoring_model="target" the target's card is the one that matches
+    scored = engine.generate("2 + 3?", verifier="auto", scoring_model="target", max_new_tokens=4,
+                             tau=-math.inf)
+    assert scored.verifier == str(target_card)
+
+    draft_card = tmp_path / "b-draft.json"
+    card_for(d_model, d_tok).save(draft_card)
+    assert shipped_card(d_model, d_tok) == draft_card
+    engine = SpecGuardEngine(d_model, d_tok, t_model, t_tok)  # resolved once per engine and model
+    result = engine.generate("2 + 3?", verifier="auto", max_new_tokens=4, tau=-math.inf)
+    assert result.verifier == str(draft_card)
+    explicit = engine.generate("2 + 3?", verifier=str(draft_card), max_new_tokens=4, tau=-math.inf)
+    assert [s.score for s in result.steps] == [s.score for s in explicit.steps]
+    scores = [s.score for s in result.steps if s.score is not None]
+    assert scores and all(0.0 < s < 1.0 for s in scores)
+
+
+def test_the_shipped_cards_are_valid_and_attention_free() -> None:
+    cards = sorted(verifiers.SHIPPED_DIR.glob("*.json"))
+    assert cards, "the package ships at least the default draft's card"
+    for path in cards:
+        card = VerifierCard.load(path)
+        assert "grounding" not in card.features  # usable with beta = 1 (no attention capture)
+        assert card.threshold is not None and card.cv["auroc_length_controlled"] > 0.7

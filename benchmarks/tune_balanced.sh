@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Tuning of the `balanced` preset (issue 15; benchmarks/RESULTS.md, "Tuning the balanced preset"):
+# each variant runs specguard-balanced alone on GSM8K problems 920..927, the tuning slice of
+# tune_fast.sh (neither the reported problems 0.. nor the calibration ones 900..904); the target's
+# reference on that slice is benchmarks/results/tune-fast/target-ref. Resumable like any bench run.
+# CARD: the learned verifier card to try (default: the one shipped for the default draft).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N_TUNE:-8}
+CARD=${CARD:-specguard_core/verifiers/qwen2.5-coder-0.5b-instruct.json}
+common=(--dataset gsm8k --n "$N" --offset 920 --methods specguard-balanced --max-new-tokens 400
+        --bounds benchmarks/bounds-qwen2.5-coder-0.5b.json --device cpu --dtype bfloat16 --no-progress)
+run() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --out "benchmarks/results/tune-balanced/$name"; }
+# 1. keep a step without the target when the card's P(correct) >= 0.87 (its 95%-precision
+#    threshold), target-check every other step. Stopped after 7 problems: it answered 1 where the
+#    target answered 3 (kept draft steps turned 922 and 925 wrong), so balanced keeps checking
+#    every step and the card went to `fast` instead.
+[ "${WITH_CARD:-0}" = 1 ] && run accept0.87-check --set balanced.verifier="$CARD" \
+  --set balanced.tau_accept=0.87 --set balanced.tau_reject=-inf
+# 2. every step target-checked (the shipped balanced), next to token-level SD on the same slice
+run check-all --methods token-sd,specguard-balanced
+# 3. a more lenient typical acceptance: more draft steps pass the check whole
+run check-all-eps0.03 --set balanced.typical_eps=0.03 --set balanced.typical_delta=0.1
+# 4. as 3, with draft steps cut at 64 tokens: a step that fails its check wastes less draft work
+run check-all-eps0.03-cap64 --set balanced.typical_eps=0.03 --set balanced.typical_delta=0.1 \
+  --set balanced.max_step_tokens=64
