@@ -19,15 +19,9 @@ import torch
 
 from specguard_core.engine.chat import forced_call_prefix
 from specguard_core.engine.handle import CacheState, ModelHandle, TentativePass
-from specguard_core.engine.proposer import (
-    Proposal,
-    SampleSpec,
-    StepText,
-    nucleus_probs,
-    propose,
-    sample_with_probs,
-)
+from specguard_core.engine.proposer import Proposal, SampleSpec, StepText, propose
 from specguard_core.engine.request import Request, Step
+from specguard_core.engine.sampling import Shaping, nucleus_probs, sample_with_probs
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.speculative import accepted_prefix, next_token
 
@@ -54,7 +48,7 @@ def regenerate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: 
     k = cfg.fallback_k if sample else 1
     spec = SampleSpec(k, cfg.temperature if sample else 0.0, cfg.top_p,
                       max(1, req.budget(req.target)), req.rules, None,
-                      hidden=k > 1 and selector.mode == "hidden")
+                      hidden=k > 1 and selector.mode == "hidden", shaping=Shaping.of(cfg))
     written = propose(target, req.target, spec, req.generator, prior, check=req.check)
     i = selector.select(written.candidates)
     cand = written.candidates[i]
@@ -70,19 +64,24 @@ def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: P
     `first` over candidate `pick` (same vocabulary). Greedy when temperature is 0, else exact
     speculative sampling of the target's distribution. `checked` leading tokens passed the
     target's typical-acceptance check and are kept too (greedy mode; 0 when unchecked), so a
-    failed check keeps everything before its first failing token."""
+    failed check keeps everything before its first failing token. Both models' logits go through
+    the request's shaping (`sampling.Shaping`, each penalised for its own sequence so far), so the
+    output follows the target's shaped distribution."""
     cfg, gen = req.cfg, req.generator
-    temp, top_p = cfg.temperature, cfg.top_p
+    temp, top_p, shaping = cfg.temperature, cfg.top_p, Shaping.of(cfg)
     cand = proposal.candidates[pick]
     text = StepText(target, req.rules, max(1, req.budget(req.target)))
-    m = accepted_prefix(first.logits, cand.token_ids, cand.sample_probs, temp, top_p, gen)
+    p_rows = shaping.penalise_rows(first.logits, req.target.ids, cand.token_ids)  # [T+1, V]
+    m = accepted_prefix(p_rows, cand.token_ids, cand.sample_probs, temp, top_p, gen, shaping)
     if temp == 0:
         m = max(m, min(checked, len(cand.token_ids)))
     proposal.keep(pick, m)
     q = None
     if m < len(cand.token_ids) and temp > 0:  # the draft's distribution where it was rejected
-        q = nucleus_probs(draft.next_logits(req.draft), temp, top_p)
-    nxt = next_token(first.logits[m], temp, top_p, gen, q) if m < len(first.logits) else None
+        q_row = shaping.penalise(draft.next_logits(req.draft)[None],
+                                 shaping.history(req.draft.ids, 1, draft.device))  # [1, V]
+        q = nucleus_probs(q_row[0], temp, top_p, shaping)
+    nxt = next_token(p_rows[m], temp, top_p, gen, q, shaping) if m < len(p_rows) else None
     n_in = _push(text, cand.token_ids[:m], nxt)
     verified = min(n_in, m)
     first.keep(min(verified, len(first.ids)))
@@ -98,12 +97,14 @@ def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: P
         made += len(toks)
         feed = toks[:-1] if toks[-1] in draft.eos_ids else toks
         tpass = target.try_tokens(req.target, feed)
-        m = accepted_prefix(tpass.logits, toks, q_x, temp, top_p, gen)
+        p_rows = shaping.penalise_rows(tpass.logits, req.target.ids, toks)  # [T+1, V]
+        m = accepted_prefix(p_rows, toks, q_x, temp, top_p, gen, shaping)
         grow = m == len(toks)
         req.draft_run = min(cfg.sd_max_draft_tokens, req.draft_run + 2) if grow else \
             max(1, req.draft_run - 1)
-        q = nucleus_probs(q_logits[m], temp, top_p) if m < len(toks) and temp > 0 else None
-        nxt = next_token(tpass.logits[m], temp, top_p, gen, q) if m < len(tpass.logits) else None
+        q = nucleus_probs(q_logits[m], temp, top_p, shaping) if m < len(toks) and temp > 0 \
+            else None
+        nxt = next_token(p_rows[m], temp, top_p, gen, q, shaping) if m < len(p_rows) else None
         n_in = _push(text, toks[:m], nxt)
         kept = min(n_in, m)
         written += kept
@@ -147,15 +148,17 @@ def _pend(draft: ModelHandle, target: ModelHandle, req: Request, tok: int | None
 def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
                ) -> tuple[list[int], list[float], list[torch.Tensor]]:
     """The draft proposes up to `g` tokens after its committed prefix (stopping at EOS): (tokens,
-    their sampling probabilities q(x), the draft's logits `[V]` at each). All but the last are fed
-    (committed here; the caller rolls back what the target rejects)."""
+    their sampling probabilities q(x), the draft's penalised logits `[V]` at each). All but the
+    last are fed (committed here; the caller rolls back what the target rejects)."""
     toks: list[int] = []
     probs: list[float] = []
     rows: list[torch.Tensor] = []
+    shaping = Shaping.of(req.cfg)
     for j in range(max(1, g)):
-        logits = draft.next_logits(state)  # [V]
+        logits = shaping.penalise(draft.next_logits(state)[None],
+                                  shaping.history(state.ids, 1, draft.device))[0]  # [V]
         tok, prob = sample_with_probs(logits[None], req.cfg.temperature, req.cfg.top_p,
-                                      req.generator)
+                                      req.generator, shaping=shaping)
         t, p = torch.stack([tok[0].to(prob.dtype), prob[0]]).tolist()  # one transfer per token
         toks.append(int(t))
         probs.append(p)

@@ -36,6 +36,7 @@ from specguard_core.engine.handle import ModelHandle, TentativePass
 from specguard_core.engine.probe import load_probe
 from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, propose
 from specguard_core.engine.request import Request, Step
+from specguard_core.engine.sampling import Shaping
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.signals import percentile_bounds
 from specguard_core.engine.speculative import typical_prefix
@@ -239,7 +240,7 @@ class SpecGuardEngine:
                 tpass = tpass or self._target_pass(req, draft_step)
                 checked = self._checked_ids(draft_step, tpass)
                 passed = typical_prefix(tpass.logits, checked, cfg.typical_eps,
-                                        cfg.typical_delta)
+                                        cfg.typical_delta, Shaping.of(cfg), req.target.ids)
                 if passed == len(checked):
                     path = "target-checked"
                 else:
@@ -257,7 +258,7 @@ class SpecGuardEngine:
                           self._capture_layers(self.draft, cfg), cfg.sparsify_threshold,
                           hidden=cfg.k > 1 and selector.mode == "hidden",
                           pool_layers=self._pool_layers(self.draft, cfg)
-                          if cfg.scoring_model == "draft" else ())
+                          if cfg.scoring_model == "draft" else (), shaping=Shaping.of(cfg))
 
     def _score(self, req: Request, cand: Candidate, kind: StepKind
                ) -> tuple[Verdict, TentativePass | None]:

@@ -107,3 +107,42 @@ def test_old_fallbacks_still_selectable(engine: SpecGuardEngine) -> None:
     assert all(s.path == "regenerated" for s in greedy.steps)
     assert greedy.stats.target.tentative == 0
     assert all_ids(greedy) == reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
+
+
+def _penalised_reference(model: Any, prompt: list[int], n: int, penalty: float) -> list[int]:
+    import torch
+
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
+                         repetition_penalty=penalty)
+    return list(out[0, len(prompt):].tolist())
+
+
+@pytest.mark.parametrize("fallback", ["greedy", "speculative"])
+def test_repetition_penalty_matches_target_generate(engine: SpecGuardEngine, fallback: str) -> None:
+    """tau=+inf, greedy, repetition_penalty: token for token what `target.generate(...,
+    do_sample=False, repetition_penalty=...)` writes, through the regenerate fallback and through
+    the speculative fallback's greedy comparison (the draft proposes with the penalty too)."""
+    prompt = engine.prompt_ids(QUESTION)
+    want = _penalised_reference(engine.target.model, prompt, 48, 1.5)
+    assert want != reference(engine.target.model, prompt, 48)  # the penalty changes the output
+    result = engine.generate(QUESTION, tau=math.inf, fallback=fallback, repetition_penalty=1.5)
+    assert all_ids(result) == want
+    kept = engine.generate(QUESTION, tau=-math.inf, repetition_penalty=1.5)  # the draft's steps
+    assert all_ids(kept) == _penalised_reference(engine.draft.model, prompt, 48, 1.5)
+
+
+@pytest.mark.parametrize("knob", [dict(top_k=1), dict(min_p=1.0)])
+def test_a_one_token_support_samples_greedily_on_every_path(engine: SpecGuardEngine,
+                                                           knob: dict[str, Any]) -> None:
+    """top_k=1 (or min_p=1) at temperature 1 leaves only the argmax: the draft's proposals, the
+    sampled regeneration and speculative sampling all reproduce the models' greedy output."""
+    prompt = engine.prompt_ids(QUESTION)
+    hot = dict(temperature=1.0, top_p=1.0, **knob)
+    assert all_ids(engine.generate(QUESTION, tau=-math.inf, **hot)) == \
+        reference(engine.draft.model, prompt, 48)
+    target = reference(engine.target.model, prompt, 48)
+    assert all_ids(engine.generate(QUESTION, tau=math.inf, fallback="sample", fallback_k=2,
+                                   **hot)) == target
+    assert all_ids(engine.generate(QUESTION, tau=math.inf, fallback="speculative", **hot)) == target
+    unshaped = engine.generate(QUESTION, tau=-math.inf, temperature=1.0, top_p=1.0)
+    assert all_ids(unshaped) != reference(engine.draft.model, prompt, 48)  # the knob did it
