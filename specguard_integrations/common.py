@@ -8,8 +8,9 @@ One vocabulary for `ChatSpecGuard` and `SpecGuardLLM`:
   target, LangChain's standard name), loaded on first use;
 - the configuration: `config=SpecGuardConfig(...)` or `preset="paper" | "fast"` is the base of
   every call (else the engine's own config), then the knob fields below, then per-call keywords;
-- knobs (LangChain's standard names): `temperature`, `max_tokens`, `top_p`, `stop`, `seed`,
-  `timeout`, and SpecGuard's `k`, `tau`, `beta`, `max_steps`;
+- knobs (LangChain's standard names): `temperature`, `max_tokens`, `top_p`, `top_k`, `min_p`,
+  `repetition_penalty`, `stop`, `seed`, `timeout`, and SpecGuard's `k`, `tau`, `beta`,
+  `max_steps`;
 - loader options (used only when the adapter loads the pair): `device`, `dtype`, `device_map`,
   `max_memory`, `revision`, `trust_remote_code` (False unless you opt in), `quantization_config`,
   `engine_config`.
@@ -30,7 +31,8 @@ from specguard_core.config import PRESETS, EngineConfig, SpecGuardConfig
 from specguard_core.config import preset as make_preset
 from specguard_core.models.registry import resolve
 
-KNOBS = ("temperature", "max_tokens", "top_p", "stop", "seed", "k", "tau", "beta", "max_steps")
+KNOBS = ("temperature", "max_tokens", "top_p", "top_k", "min_p", "repetition_penalty", "stop",
+         "seed", "k", "tau", "beta", "max_steps")
 LOADER_OPTIONS = ("device", "dtype", "device_map", "max_memory", "revision", "trust_remote_code",
                   "quantization_config", "engine_config")
 # deprecated name -> its replacement ("config": a dict of SpecGuardConfig overrides)

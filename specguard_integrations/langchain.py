@@ -129,6 +129,12 @@ class ChatSpecGuard(BaseChatModel):
     temperature: float | None = None
     max_tokens: int | None = None
     top_p: float | None = None
+    top_k: int | None = None
+    """Sample from the k most likely tokens only (draft and target); None: the config's (0: all)."""
+    min_p: float | None = None
+    """Drop tokens below min_p times the top token's probability; None: the config's."""
+    repetition_penalty: float | None = None
+    """transformers' repetition penalty (> 1 discourages repeats, greedy too); None: the config's."""
     stop: list[str] | None = None
     seed: int | None = None
     timeout: float | None = None

@@ -142,6 +142,12 @@ class SpecGuardLLM(FunctionCallingLLM):
     temperature: float | None = Field(default=None, ge=0.0)
     max_tokens: int | None = Field(default=None, ge=1, description="max tokens per answer")
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1, description="sample from the k most likely "
+                              "tokens only (0 or -1: all)")
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description="drop tokens below "
+                                "min_p times the top token's probability")
+    repetition_penalty: float | None = Field(default=None, gt=0.0, description="transformers' "
+                                             "repetition penalty (> 1 discourages repeats)")
     stop: list[str] | None = Field(default=None)
     seed: int | None = Field(default=None)
     timeout: float | None = Field(default=None, gt=0, description="seconds for the whole call "

@@ -85,10 +85,34 @@ def test_no_bare_call_while_a_response_format_is_active() -> None:
 
 # ---- item 2: no constructor argument is dropped -------------------------------------------------
 def test_unknown_constructor_arguments_are_errors_naming_the_valid_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown argument\(s\) \['top_k'\].*max_tokens"):
-        ChatSpecGuard(top_k=5)
+    with pytest.raises(ValueError, match=r"unknown argument\(s\) \['top_a'\].*max_tokens"):
+        ChatSpecGuard(top_a=5)
     with pytest.raises(ValueError, match=r"fallback: pass config=SpecGuardConfig"):
         ChatSpecGuard(fallback="sample")
+
+
+def test_sampling_knobs_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """top_k, min_p, repetition_penalty: constructor fields and per-call keywords (issue 16,
+    self-hosting); a bad value fails at construction with the field named."""
+    engine = scripted_engine(lambda p: "Hi.", config=CFG)
+    seen: list[SpecGuardConfig] = []
+    real_stream = engine.stream
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["config"])
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "stream", spy)
+    model = ChatSpecGuard(engine=engine, top_k=40, min_p=0.05, repetition_penalty=1.1)
+    model.invoke("Hello")
+    model.invoke("Hello", top_k=3, repetition_penalty=1.3)
+    assert [(c.top_k, c.min_p, c.repetition_penalty) for c in seen] == [(40, 0.05, 1.1),
+                                                                          (3, 0.05, 1.3)]
+    assert ChatSpecGuard(engine=engine)._config(engine, {}).repetition_penalty == 1.0
+    with pytest.raises(ValueError, match="min_p"):
+        ChatSpecGuard(engine=engine, min_p=2.0)
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        ChatSpecGuard(engine=engine, repetition_penalty=0)
 
 
 def test_renamed_arguments_warn_and_still_apply(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,6 +17,7 @@ from transformers.generation.logits_process import (
 )
 
 from specguard_core import SpecGuardConfig
+from specguard_core.config import parse_sets
 from specguard_core.engine.sampling import (
     Shaping,
     nucleus_probs,
@@ -110,6 +111,11 @@ def test_config_fields_validate_with_defaults_that_change_nothing() -> None:
                 dict(repetition_penalty=float("inf")), dict(top_k=2.5)):
         with pytest.raises(ValueError):
             SpecGuardConfig(**bad)
+    # `specguard run/serve --set` takes them like any field
+    assert parse_sets(["top_k=5", "min_p=0.1", "repetition_penalty=1.2"]) == {
+        "top_k": 5, "min_p": 0.1, "repetition_penalty": 1.2}
+    with pytest.raises(ValueError, match="top_k"):
+        parse_sets(["top_k=-3"])
 
 
 def _next_logits(model: Any, ids: list[int]) -> torch.Tensor:
