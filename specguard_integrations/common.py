@@ -11,9 +11,10 @@ One vocabulary for `ChatSpecGuard` and `SpecGuardLLM`:
 - knobs (LangChain's standard names): `temperature`, `max_tokens`, `top_p`, `top_k`, `min_p`,
   `repetition_penalty`, `stop`, `seed`, `timeout`, and SpecGuard's `k`, `tau`, `beta`,
   `max_steps`;
-- loader options (used only when the adapter loads the pair): `device`, `dtype`, `device_map`,
-  `max_memory`, `revision`, `trust_remote_code` (False unless you opt in), `quantization_config`,
-  `engine_config`.
+- loader options (used only when the adapter loads the pair): `device`, `dtype` (both models),
+  `draft_device`, `target_device`, `draft_dtype`, `target_dtype` (one model; None: the shared
+  one), `device_map`, `max_memory`, `revision`, `trust_remote_code` (False unless you opt in),
+  `quantization_config`, `engine_config`.
 
 An unknown constructor argument is an error that names the valid ones; renamed arguments
 (`draft_model`, `max_new_tokens`, `model_kwargs`, `generate_kwargs`) still work with a
@@ -33,7 +34,8 @@ from specguard_core.models.registry import resolve
 
 KNOBS = ("temperature", "max_tokens", "top_p", "top_k", "min_p", "repetition_penalty", "stop",
          "seed", "k", "tau", "beta", "max_steps")
-LOADER_OPTIONS = ("device", "dtype", "device_map", "max_memory", "revision", "trust_remote_code",
+LOADER_OPTIONS = ("device", "dtype", "draft_device", "target_device", "draft_dtype",
+                  "target_dtype", "device_map", "max_memory", "revision", "trust_remote_code",
                   "quantization_config", "engine_config")
 # deprecated name -> its replacement ("config": a dict of SpecGuardConfig overrides)
 RENAMED = {"draft_model": "draft", "max_new_tokens": "max_tokens",
@@ -175,6 +177,19 @@ def profile(draft: str, target: str, engine: Any = None) -> dict[str, Any]:
         out["max_input_tokens"] = window
         out["max_output_tokens"] = window
     return out
+
+
+def check_placement(owner: str, options: Mapping[str, Any]) -> None:
+    """The devices and dtypes the adapter would load with, checked at construction (a typo fails
+    now, naming the option, not at the first call)."""
+    from specguard_core.models.loading import per_model
+
+    for role in ("draft", "target"):
+        try:
+            per_model(role, options["device"], options["dtype"], options[f"{role}_device"],
+                      options[f"{role}_dtype"])
+        except ValueError as err:
+            raise ValueError(f"{owner}: {err}") from None
 
 
 def loader_kwargs(owner: Any) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from specguard_integrations.common import (
     base_config,
     check_arguments,
     check_config_choice,
+    check_placement,
     knob_overrides,
     load_pair,
     loader_kwargs,
@@ -147,6 +148,12 @@ class ChatSpecGuard(BaseChatModel):
     # loader options (used only when ChatSpecGuard loads the pair itself)
     device: str = "auto"
     dtype: str = "auto"
+    draft_device: str | None = None
+    """Device of the draft only (None: `device`); e.g. "cpu" beside a target on "cuda"."""
+    target_device: str | None = None
+    draft_dtype: str | None = None
+    """dtype of the draft only (None: `dtype`); e.g. "float32" beside a "bfloat16" target."""
+    target_dtype: str | None = None
     device_map: Any = None
     max_memory: dict[Any, Any] | None = None
     revision: str | None = None
@@ -174,6 +181,8 @@ class ChatSpecGuard(BaseChatModel):
             raise ValueError("pass both model= (or target=) and draft=, or neither for the "
                              "default pair, or a ready engine=")
         self._config(engine, {})  # fail early on bad values
+        if engine is None:
+            check_placement("ChatSpecGuard", loader_kwargs(self))
         if engine is not None and self.model is None:
             self.model = engine.model_name
         elif engine is None and self.model is None:

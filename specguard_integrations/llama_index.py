@@ -68,6 +68,7 @@ from specguard_integrations.common import (
     base_config,
     check_arguments,
     check_config_choice,
+    check_placement,
     knob_overrides,
     load_pair,
     loader_kwargs,
@@ -159,6 +160,10 @@ class SpecGuardLLM(FunctionCallingLLM):
     # loader options (used only when SpecGuardLLM loads the pair itself)
     device: str = Field(default="auto", description="device for lazy loading")
     dtype: str = Field(default="auto", description="dtype for lazy loading")
+    draft_device: str | None = Field(default=None, description="device of the draft only")
+    target_device: str | None = Field(default=None, description="device of the target only")
+    draft_dtype: str | None = Field(default=None, description="dtype of the draft only")
+    target_dtype: str | None = Field(default=None, description="dtype of the target only")
     device_map: Any = Field(default=None)
     max_memory: dict[Any, Any] | None = Field(default=None)
     revision: str | None = Field(default=None)
@@ -189,6 +194,8 @@ class SpecGuardLLM(FunctionCallingLLM):
             raise ValueError("SpecGuardLLM needs engine=SpecGuardEngine(...) or draft= and target=")
         check_config_choice(self.config, self.preset)
         self._config(engine, {})  # bad option names or values fail here
+        if engine is None:
+            check_placement("SpecGuardLLM", loader_kwargs(self))
 
     @classmethod
     def class_name(cls) -> str:

@@ -140,16 +140,28 @@ def test_draft_target_and_loader_options_reach_the_loader(monkeypatch: pytest.Mo
         warnings.simplefilter("error")  # the current names warn about nothing
         model = ChatSpecGuard(draft="org/d", target="org/t", device_map="auto",
                               max_memory={0: "10GiB"}, revision="main", dtype="bfloat16",
-                              preset="paper")
+                              preset="paper", draft_dtype="float32", draft_device="cpu")
     assert model.model == "org/t" and model.target == "org/t" and seen == []
     model.invoke("Hello")
     ((draft, target, kwargs),) = seen
     assert (draft, target) == ("org/d", "org/t")
     assert {k: kwargs[k] for k in ("device_map", "max_memory", "revision", "dtype",
-                                   "trust_remote_code")} == {
+                                   "trust_remote_code", "draft_dtype", "draft_device",
+                                   "target_dtype", "target_device")} == {
         "device_map": "auto", "max_memory": {0: "10GiB"}, "revision": "main",
-        "dtype": "bfloat16", "trust_remote_code": False}
+        "dtype": "bfloat16", "trust_remote_code": False, "draft_dtype": "float32",
+        "draft_device": "cpu", "target_dtype": None, "target_device": None}
     assert kwargs["config"].k == 16  # the preset
+
+
+@pytest.mark.parametrize(("option", "needle"), [
+    (dict(target_dtype="bf16"), "target_dtype='bf16': unknown dtype"),
+    (dict(draft_device="gpu"), "draft_device='gpu': unknown device 'gpu' (did you mean cuda?)"),
+])
+def test_a_bad_per_model_option_fails_at_construction(option: dict[str, Any], needle: str
+                                                      ) -> None:
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        ChatSpecGuard(draft="org/d", target="org/t", **option)
 
 
 def test_preset_applies_to_an_injected_engine_too() -> None:

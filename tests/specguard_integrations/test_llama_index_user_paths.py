@@ -180,14 +180,18 @@ def test_loader_options_reach_the_loader(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(SpecGuardEngine, "from_pretrained", classmethod(fake))
     llm = SpecGuardLLM(draft="org/d", target="org/t", device_map="auto", revision="v1",
-                       quantization_config={"load_in_4bit": True}, trust_remote_code=True)
+                       quantization_config={"load_in_4bit": True}, trust_remote_code=True,
+                       target_dtype="bfloat16", draft_device="cpu")
     assert seen == []
     assert llm.complete("Hello").text == "Hi."
     (kw,) = seen
     assert {k: kw[k] for k in ("draft", "target", "device_map", "revision", "quantization_config",
-                               "trust_remote_code")} == {
+                               "trust_remote_code", "target_dtype", "draft_device")} == {
         "draft": "org/d", "target": "org/t", "device_map": "auto", "revision": "v1",
-        "quantization_config": {"load_in_4bit": True}, "trust_remote_code": True}
+        "quantization_config": {"load_in_4bit": True}, "trust_remote_code": True,
+        "target_dtype": "bfloat16", "draft_device": "cpu"}
+    with pytest.raises(ValueError, match=re.escape("draft_dtype='fp32': unknown dtype")):
+        SpecGuardLLM(draft="org/d", target="org/t", draft_dtype="fp32")
 
 
 def test_step_traces_use_the_one_schema() -> None:
