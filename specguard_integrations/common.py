@@ -37,6 +37,10 @@ KNOBS = ("temperature", "max_tokens", "top_p", "top_k", "min_p", "repetition_pen
 LOADER_OPTIONS = ("device", "dtype", "draft_device", "target_device", "draft_dtype",
                   "target_dtype", "device_map", "max_memory", "revision", "trust_remote_code",
                   "quantization_config", "engine_config")
+# names of remote-API clients that make no sense in-process: what to do instead
+REMOTE_ONLY = {name: "the models run in this process; to talk to a `specguard serve` server, use "
+               "an OpenAI-compatible client (ChatOpenAI / OpenAILike) with that URL"
+               for name in ("base_url", "api_base", "openai_api_base", "organization")}
 # deprecated name -> its replacement ("config": a dict of SpecGuardConfig overrides)
 RENAMED = {"draft_model": "draft", "max_new_tokens": "max_tokens",
            "model_kwargs": "config", "generate_kwargs": "config"}
@@ -67,8 +71,10 @@ def check_arguments(owner: str, data: Any, valid: Iterable[str],
     unknown = sorted(set(data) - valid - {"overrides"})  # "overrides": moved here above
     if unknown:
         in_config = [n for n in unknown if n in SpecGuardConfig.model_fields]
+        remote = [n for n in unknown if n in REMOTE_ONLY]
         hint = (f" ({', '.join(in_config)}: pass config=SpecGuardConfig({in_config[0]}=...))"
-                if in_config else "")
+                if in_config else f" ({', '.join(remote)}: {REMOTE_ONLY[remote[0]]})" if remote
+                else "")
         raise ValueError(f"{owner} got unknown argument(s) {unknown}{hint}; valid arguments: "
                          f"{sorted(n for n in valid if not n.startswith('_'))}")
     return data

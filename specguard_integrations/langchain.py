@@ -28,7 +28,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
-from pydantic import AliasChoices, Field, PrivateAttr, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, model_validator
 from typing_extensions import Self
 
 from specguard_core import EngineConfig, GenerationResult, SpecGuardConfig, SpecGuardEngine
@@ -116,7 +116,10 @@ class ChatSpecGuard(BaseChatModel):
     (`model.invoke(x, k=8, tau=0.6)`, any `SpecGuardConfig` field). An unknown argument is an error.
 
     `timeout` bounds the whole call (the engine stops within one forward pass); `max_retries` is
-    accepted for compatibility (local generation has no transient failures to retry).
+    accepted for compatibility (local generation has no transient failures to retry), and so is
+    `api_key`, which is ignored: the models run in this process and need no key, so code written
+    for ChatOpenAI-like models can switch by changing the class. (`base_url` is refused: for a
+    `specguard serve` server, use ChatOpenAI(base_url=...) itself.)
     """
 
     injected_engine: SpecGuardEngine | None = Field(default=None, alias="engine", exclude=True)
@@ -140,6 +143,8 @@ class ChatSpecGuard(BaseChatModel):
     seed: int | None = None
     timeout: float | None = None
     max_retries: int = 2
+    api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
+    """Ignored (in-process models need no key); accepted so ChatOpenAI-style code can switch."""
     streaming: bool = False
     k: int | None = None
     tau: float | None = None

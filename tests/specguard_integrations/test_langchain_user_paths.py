@@ -115,6 +115,18 @@ def test_sampling_knobs_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> Non
         ChatSpecGuard(engine=engine, repetition_penalty=0)
 
 
+def test_api_key_is_accepted_and_ignored_base_url_is_refused() -> None:
+    """Code written for ChatOpenAI-like models switches by changing the class (issue 16 item 3)."""
+    engine = scripted_engine(lambda p: "Hi.", config=CFG)
+    model = ChatSpecGuard(engine=engine, api_key="sk-secret-123")
+    assert model.invoke("Hello").content == "Hi."
+    assert "sk-secret-123" not in repr(model) and "api_key" not in model.model_dump()
+    with pytest.raises(ValueError, match=r"\['base_url'\].*ChatOpenAI"):
+        ChatSpecGuard(engine=engine, base_url="http://127.0.0.1:8000/v1")
+    with pytest.raises(ValueError, match=r"unknown argument\(s\) \['api_secret'\]"):
+        ChatSpecGuard(engine=engine, api_secret="x")
+
+
 def test_renamed_arguments_warn_and_still_apply(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = scripted_engine(lambda p: "Hi.", config=CFG)
     with pytest.warns(DeprecationWarning, match="max_new_tokens"):
