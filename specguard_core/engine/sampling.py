@@ -179,6 +179,8 @@ def _top_p(sorted_p: torch.Tensor, top_p: float) -> torch.Tensor:
 def _nucleus(sorted_p: torch.Tensor, order: torch.Tensor, top_p: float,
              generator: torch.Generator, shaping: Shaping) -> tuple[torch.Tensor, torch.Tensor]:
     kept = _min_p(_top_p(sorted_p, top_p), shaping)  # [k, n]
-    pick = torch.multinomial(kept, 1, generator=generator)  # [k, 1]
+    # the request's generator lives on the draft's device; the target may sit on another one
+    pick = torch.multinomial(kept.to(generator.device), 1, generator=generator
+                             ).to(kept.device)  # [k, 1]
     prob = kept.gather(-1, pick)[:, 0] / kept.sum(dim=-1)  # [k]
     return order.gather(-1, pick).squeeze(-1), prob

@@ -53,3 +53,19 @@ def test_a_bad_value_is_a_clear_error_before_anything_loads(
     with pytest.raises(ValueError) as err:
         loading.load_engine(SpecGuardEngine, "d", "t", device="cpu", **options)
     assert needle in str(err.value)
+
+
+def test_a_draft_on_the_cpu_beside_a_target_on_the_gpu(pair_dirs: tuple[Path, Path]) -> None:
+    """The request's generator lives on the draft's device: the target's sampled regeneration
+    and the speculative fallback on another device must still run (GPU machines only)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    draft, target = pair_dirs
+    engine = SpecGuardEngine.from_pretrained(str(draft), str(target), device="cuda",
+                                             draft_device="cpu", dtype="float32", progress=False)
+    assert (engine.draft.device.type, engine.target.device.type) == ("cpu", "cuda")
+    for fallback in ("sample", "speculative"):
+        result = engine.generate("What is 3 + 4?", k=2, temperature=0.8, top_k=20,
+                                 repetition_penalty=1.2, tau=math.inf, fallback=fallback,
+                                 fallback_k=2, max_new_tokens=12, max_step_tokens=4)
+        assert result.usage.completion_tokens == 12
