@@ -53,6 +53,10 @@ class StepRecord:
     `target_written` split the step's tokens by the model that produced them (draft tokens the target
     verified count as the draft's); `target_passes` counts the target's forward passes in this step;
     `draft_wasted` the draft's tokens generated and not committed (all candidate rows included).
+    `token_logprobs[i]` is the log-probability of `token_ids[i]` under the model that wrote it (the
+    draft for its kept tokens, the target for its own), raw as vLLM reports by default: the
+    model's temperature-1 distribution before the repetition penalty, top-k, top-p and min-p; None
+    for a token no model chose (a forced tool-call prefix). Not part of `trace()`.
     """
 
     index: int
@@ -76,6 +80,7 @@ class StepRecord:
     target_written: int = 0
     target_passes: int = 0
     draft_wasted: int = 0
+    token_logprobs: list[float | None] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -39,6 +39,7 @@ from specguard_core.config import SpecGuardConfig
 from specguard_core.engine import formats
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.chat import InputError
+from specguard_core.types import GenerationResult, StepRecord
 
 if TYPE_CHECKING:
     from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
@@ -242,8 +243,9 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             if takes_format:
                 kwargs["response_format"] = req.response_format
         lease = await open_stream(messages, cfgs, **kwargs)
+        build = with_logprobs if req.logprobs else convert.chat_response
         return await reply(request, req, lease, cfgs[0], "chatcmpl", "chat.completion.chunk",
-                           convert.chat_response)
+                           build)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -252,6 +254,17 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         lease = await open_stream(req.text(), cfgs)
         return await reply(request, req, lease, cfgs[0], "cmpl", "text_completion",
                            convert.completion_response)
+
+    def decode(step: StepRecord, token: int) -> str | None:
+        """A token's text in the vocabulary of the model that wrote the step (None: EOS)."""
+        handle = engine.draft if step.source == "draft" else engine.target
+        return None if token in handle.eos_ids else str(handle.tokenizer.decode([token]))
+
+    def with_logprobs(result: GenerationResult, rid: str, model: str) -> dict[str, Any]:
+        body = convert.chat_response(result, rid, model)
+        body["choices"][0]["logprobs"] = {"content": convert.content_logprobs(result, decode),
+                                          "refusal": None}
+        return body
 
     card = {"id": model_name, "object": "model", "created": created, "owned_by": "specguard",
             "specguard": {"draft": engine.draft.name, "target": engine.target.name,

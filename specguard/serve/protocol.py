@@ -76,9 +76,11 @@ class _Sampling(BaseModel):
     def unsupported(self) -> list[tuple[str, str]]:
         """(field, why) for every field set to something this server cannot do."""
         bad = []
-        if self.logprobs not in (None, False, 0):
-            bad.append(("logprobs", "logprobs are not supported (steps are scored by the draft's "
-                                    "signals instead; see the `specguard` field of the response)"))
+        if self.logprobs not in (None, False, 0) and (self.stream or not isinstance(
+                self, ChatCompletionRequest) or self.logprobs is not True):
+            bad.append(("logprobs", "logprobs are supported on /v1/chat/completions without "
+                                    "stream (logprobs=true, top_logprobs unset or 0); the steps' "
+                                    "draft signals are in the `specguard` field of every response"))
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(self, name) not in (None, 0, 0.0):
                 bad.append((name, f"{name} is not supported; leave it unset or 0"))

@@ -54,8 +54,10 @@ def regenerate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: 
     cand = written.candidates[i]
     written.keep(i)
     req.draft.pending += convert(prior_ids + cand.fed, target, draft)
+    logprobs: list[float | None] = [None] * len(prior_ids)  # forced, not chosen by a model
     return Step(prior_ids + cand.token_ids, prior + cand.text, "target", cand.end == "eos", k,
-                path="regenerated", draft_generated=generated(proposal))
+                path="regenerated", draft_generated=generated(proposal),
+                token_logprobs=logprobs + list(cand.logprobs))
 
 
 def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: Proposal,
@@ -83,6 +85,7 @@ def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: P
         q = nucleus_probs(q_row[0], temp, top_p, shaping)
     nxt = next_token(p_rows[m], temp, top_p, gen, q, shaping) if m < len(p_rows) else None
     n_in = _push(text, cand.token_ids[:m], nxt)
+    logprobs = (cand.logprobs[:m] + _logprob(first.logits, m, nxt))[:n_in]  # as text.token_ids
     verified = min(n_in, m)
     first.keep(min(verified, len(first.ids)))
     draft.rollback(req.draft, len(req.draft.ids) - (min(m, cand.n_fed) - min(verified, cand.n_fed)))
@@ -92,8 +95,8 @@ def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: P
         req.check()
         draft.catch_up(req.draft)
         n0 = len(req.draft.ids)
-        toks, q_x, q_logits = _draft_run(draft, req.draft, min(req.draft_run, text.max_tokens
-                                                              - len(text.token_ids)), req)
+        toks, q_x, q_logits, q_lps = _draft_run(draft, req.draft, min(
+            req.draft_run, text.max_tokens - len(text.token_ids)), req)
         made += len(toks)
         feed = toks[:-1] if toks[-1] in draft.eos_ids else toks
         tpass = target.try_tokens(req.target, feed)
@@ -106,6 +109,7 @@ def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: P
             else None
         nxt = next_token(p_rows[m], temp, top_p, gen, q, shaping) if m < len(p_rows) else None
         n_in = _push(text, toks[:m], nxt)
+        logprobs += (q_lps[:m] + _logprob(tpass.logits, m, nxt))[:n_in]
         kept = min(n_in, m)
         written += kept
         tpass.keep(min(kept, len(feed)))
@@ -122,7 +126,14 @@ def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: P
         written = min(written, len(text.token_ids))
     return Step(text.token_ids, text.text, "target", text.end == "eos", len(proposal.candidates),
                 path="target-verified", verified_prefix=verified, draft_written=written,
-                draft_generated=made)
+                draft_generated=made, token_logprobs=logprobs[: len(text.token_ids)])
+
+
+def _logprob(rows: torch.Tensor, m: int, tok: int | None) -> list[float | None]:
+    """`[tok's raw log-probability under rows[m]]` (the target's own token), [] when none."""
+    if tok is None:
+        return []
+    return [float(torch.log_softmax(rows[m].float(), dim=-1)[tok])]
 
 
 def _push(text: StepText, accepted: list[int], nxt: int | None) -> int:
@@ -146,24 +157,29 @@ def _pend(draft: ModelHandle, target: ModelHandle, req: Request, tok: int | None
 
 
 def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
-               ) -> tuple[list[int], list[float], list[torch.Tensor]]:
+               ) -> tuple[list[int], list[float], list[torch.Tensor], list[float | None]]:
     """The draft proposes up to `g` tokens after its committed prefix (stopping at EOS): (tokens,
-    their sampling probabilities q(x), the draft's penalised logits `[V]` at each). All but the
-    last are fed (committed here; the caller rolls back what the target rejects)."""
+    their sampling probabilities q(x), the draft's penalised logits `[V]` at each, their raw
+    log-probabilities). All but the last are fed (committed here; the caller rolls back what the
+    target rejects)."""
     toks: list[int] = []
     probs: list[float] = []
     rows: list[torch.Tensor] = []
+    lps: list[float | None] = []
     shaping = Shaping.of(req.cfg)
     for j in range(max(1, g)):
-        logits = shaping.penalise(draft.next_logits(state)[None],
-                                  shaping.history(state.ids, 1, draft.device))[0]  # [V]
+        raw = draft.next_logits(state)  # [V]
+        logits = shaping.penalise(raw[None], shaping.history(state.ids, 1, draft.device))[0]
         tok, prob = sample_with_probs(logits[None], req.cfg.temperature, req.cfg.top_p,
                                       req.generator, shaping=shaping)
-        t, p = torch.stack([tok[0].to(prob.dtype), prob[0]]).tolist()  # one transfer per token
+        lp = torch.log_softmax(raw.float(), dim=-1)[tok[0]]
+        t, p, logp = torch.stack([tok[0].to(prob.dtype), prob[0], lp.to(prob.dtype)]
+                                 ).tolist()  # one transfer per token
         toks.append(int(t))
         probs.append(p)
         rows.append(logits)
+        lps.append(logp)
         if int(t) in draft.eos_ids or j == g - 1:
             break
         draft.extend(state, [int(t)])
-    return toks, probs, rows
+    return toks, probs, rows, lps

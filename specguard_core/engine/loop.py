@@ -318,7 +318,7 @@ class SpecGuardEngine:
             req.target.pending += self._convert(cand.fed, self.draft, self.target)
         return Step(cand.token_ids, cand.text, "draft", cand.end == "eos", len(proposal.candidates),
                     verdict.tool_call, path=path, kind=kind, draft_written=len(cand.token_ids),
-                    draft_generated=generated(proposal))
+                    draft_generated=generated(proposal), token_logprobs=list(cand.logprobs))
 
     def _fall_back(self, req: Request, proposal: Proposal, pick: int, selector: Selector,
                    tpass: TentativePass | None, passed: int = 0) -> Step:

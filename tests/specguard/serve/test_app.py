@@ -270,6 +270,23 @@ def test_vllm_sampling_parameters_reach_the_engine(spied: tuple[str, list[Any]])
     assert seen[-1].top_k == 0
 
 
+def test_logprobs_of_the_answer_tokens(base: str) -> None:
+    body = chat(base, logprobs=True, n=2).json()
+    for choice in body["choices"]:
+        content = choice["logprobs"]["content"]
+        assert "".join(t["token"] for t in content).strip() == choice["message"]["content"]
+        assert all(t["logprob"] <= 0 and t["top_logprobs"] == [] for t in content)
+        assert all(bytes(t["bytes"]).decode() == t["token"] for t in content)
+        assert len(content) == body["usage"]["completion_tokens"] // 2 - 1  # all but the EOS
+    cut = chat(base, logprobs=True, stop=["multiply"]).json()["choices"][0]
+    text = "".join(t["token"] for t in cut["logprobs"]["content"])
+    assert text.startswith(cut["message"]["content"]) and "by 6" not in text
+    assert chat(base).json()["choices"][0]["logprobs"] is None
+    r = httpx.post(f"{base}/v1/completions", json={"model": "specguard-scripted", "prompt": "q",
+                                                   "logprobs": 1}, timeout=30)
+    assert "chat/completions" in error_of(r, 400)["message"]
+
+
 # ---- errors ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("body", "param", "needle"), [
     ({"messages": []}, None, "messages is empty"),
@@ -282,7 +299,9 @@ def test_vllm_sampling_parameters_reach_the_engine(spied: tuple[str, list[Any]])
     ({"top_k": -5}, None, "top_k"),
     ({"min_p": 1.5}, None, "min_p"),
     ({"repetition_penalty": 0}, None, "repetition_penalty"),
-    ({"logprobs": True}, "logprobs", "logprobs"),
+    ({"logprobs": True, "stream": True}, "logprobs", "without stream"),
+    ({"logprobs": 3}, "logprobs", "logprobs=true"),
+    ({"logprobs": True, "top_logprobs": 2}, "top_logprobs", "top_logprobs"),
     ({"presence_penalty": 0.5}, "presence_penalty", "presence_penalty"),
     ({"functions": [{"name": "f"}]}, "functions", "tools="),
     ({"temperature": 3}, "temperature", "less than or equal to 2"),

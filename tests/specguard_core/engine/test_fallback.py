@@ -146,3 +146,38 @@ def test_a_one_token_support_samples_greedily_on_every_path(engine: SpecGuardEng
     assert all_ids(engine.generate(QUESTION, tau=math.inf, fallback="speculative", **hot)) == target
     unshaped = engine.generate(QUESTION, tau=-math.inf, temperature=1.0, top_p=1.0)
     assert all_ids(unshaped) != reference(engine.draft.model, prompt, 48)  # the knob did it
+
+
+def _reference_logprobs(model: Any, prompt: list[int], ids: list[int]) -> list[float]:
+    """Each of `ids`' raw log-probability under `model`, from one full forward pass."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0].float()  # [P+T, V]
+    rows = torch.log_softmax(logits[len(prompt) - 1: len(prompt) - 1 + len(ids)], dim=-1)
+    return rows.gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
+
+
+@pytest.mark.parametrize("fallback", ["greedy", "speculative"])
+def test_token_logprobs_come_from_the_model_that_wrote_each_token(engine: SpecGuardEngine,
+                                                                  fallback: str) -> None:
+    prompt = engine.prompt_ids(QUESTION)
+    kept = engine.generate(QUESTION, tau=-math.inf)
+    ids = all_ids(kept)
+    got = [lp for s in kept.steps for lp in s.token_logprobs]
+    assert got == pytest.approx(_reference_logprobs(engine.draft.model, prompt, ids), abs=1e-4)
+    out = engine.generate(QUESTION, tau=math.inf, fallback=fallback, repetition_penalty=1.3)
+    ids = all_ids(out)
+    got = [lp for s in out.steps for lp in s.token_logprobs]
+    assert len(got) == len(ids) and all(lp is not None for lp in got)
+    target = _reference_logprobs(engine.target.model, prompt, ids)
+    draft = _reference_logprobs(engine.draft.model, prompt, ids)
+    by_target = [abs(g - t) < 1e-4 for g, t in zip(got, target, strict=True)]
+    by_draft = [abs(g - d) < 1e-4 for g, d in zip(got, draft, strict=True)]
+    assert all(t or d for t, d in zip(by_target, by_draft, strict=True))
+    written = sum(s.draft_written for s in out.steps)
+    assert sum(d and not t for t, d in zip(by_target, by_draft, strict=True)) <= written
+    if fallback == "greedy":
+        assert all(by_target)  # the target wrote every token
+    else:
+        assert 0 < written and not all(by_target)  # kept draft tokens carry the draft's
