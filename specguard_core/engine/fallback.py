@@ -133,7 +133,8 @@ def _logprob(rows: torch.Tensor, m: int, tok: int | None) -> list[float | None]:
     """`[tok's raw log-probability under rows[m]]` (the target's own token), [] when none."""
     if tok is None:
         return []
-    return [float(torch.log_softmax(rows[m].float(), dim=-1)[tok])]
+    row = rows[m].float()  # [V]
+    return [float(row[tok] - torch.logsumexp(row, dim=-1))]
 
 
 def _push(text: StepText, accepted: list[int], nxt: int | None) -> int:
@@ -172,7 +173,7 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
         logits = shaping.penalise(raw[None], shaping.history(state.ids, 1, draft.device))[0]
         tok, prob = sample_with_probs(logits[None], req.cfg.temperature, req.cfg.top_p,
                                       req.generator, shaping=shaping)
-        lp = torch.log_softmax(raw.float(), dim=-1)[tok[0]]
+        lp = raw[tok[0]].float() - torch.logsumexp(raw.float(), dim=-1)  # raw log p(tok)
         t, p, logp = torch.stack([tok[0].to(prob.dtype), prob[0], lp.to(prob.dtype)]
                                  ).tolist()  # one transfer per token
         toks.append(int(t))

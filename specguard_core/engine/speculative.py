@@ -74,7 +74,9 @@ def typical_prefix(target_logits: torch.Tensor, ids: list[int], eps: float, delt
         return 0
     rows = shaping.penalise_rows(target_logits[: len(ids)].float(), prefix, ids)  # [T, V]
     logp = torch.log_softmax(warp_logits(rows, shaping), dim=-1)  # [T, V]
-    plogp = (logp.exp() * logp).masked_fill(logp.isneginf(), 0.0)  # 0 log 0 = 0 (cut tokens)
+    plogp = logp.exp() * logp  # [T, V]
+    if shaping.top_k > 0 or shaping.min_p > 0:  # tokens they cut: 0 log 0 = 0
+        plogp = plogp.masked_fill(logp.isneginf(), 0.0)
     entropy = -plogp.sum(-1)  # [T]
     p_x = logp.gather(-1, torch.tensor(ids, device=logp.device)[:, None])[:, 0].exp()  # [T]
     bound = torch.minimum(torch.full_like(entropy, eps), delta * torch.exp(-entropy))
