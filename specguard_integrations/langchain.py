@@ -36,6 +36,7 @@ from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.formats import with_instruction
 from specguard_core.engine.loop import GenerationStream
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, resolve
+from specguard_core.types import StepRecord
 from specguard_integrations.common import (
     KNOBS,
     base_config,
@@ -61,7 +62,7 @@ from specguard_integrations.langchain_convert import (
 __all__ = ["ChatSpecGuard", "normalise_tool_choice", "to_engine_message"]
 
 _CALL_KEYS = {"tools", "tool_choice", "response_format", "parallel_tool_calls", "model",
-              "max_tokens", "stop"}
+              "max_tokens", "stop", "logprobs"}
 
 
 class _Run:
@@ -69,8 +70,9 @@ class _Run:
     `max_calls=1` (`parallel_tool_calls=False`) keeps only the first tool call."""
 
     def __init__(self, start: Callable[[], tuple[GenerationStream, tuple[str, ...]]],
-                 max_calls: int | None = None) -> None:
-        self._start, self._max_calls = start, max_calls
+                 max_calls: int | None = None,
+                 decode: Callable[[StepRecord, int], str | None] | None = None) -> None:
+        self._start, self._max_calls, self._decode = start, max_calls, decode
         self.stream: GenerationStream | None = None
         self.result: GenerationResult | None = None
 
@@ -82,7 +84,11 @@ class _Run:
             for step in stream:
                 yield ChatGenerationChunk(message=translator.chunk(step))
             self.result = stream.result
-            yield ChatGenerationChunk(message=final_chunk(stream.result))
+            last = final_chunk(stream.result)
+            if self._decode is not None:  # asked for logprobs: ChatOpenAI's metadata shape
+                last.response_metadata["logprobs"] = {
+                    "content": stream.result.answer_logprobs(self._decode), "refusal": None}
+            yield ChatGenerationChunk(message=last)
         finally:
             stream.close()
 
@@ -143,6 +149,10 @@ class ChatSpecGuard(BaseChatModel):
     seed: int | None = None
     timeout: float | None = None
     max_retries: int = 2
+    logprobs: bool | None = None
+    """Put each answer token's log-probability, under the model that wrote it (the draft for its
+    kept tokens, the target for its own; raw, before sampling knobs), in
+    `response_metadata["logprobs"]["content"]` (ChatOpenAI's shape; no `top_logprobs`)."""
     api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
     """Ignored (in-process models need no key); accepted so ChatOpenAI-style code can switch."""
     streaming: bool = False
@@ -317,6 +327,8 @@ class ChatSpecGuard(BaseChatModel):
         response_format = call.pop("response_format", None)
         parallel = call.pop("parallel_tool_calls", None)
         requested = call.pop("model", None)
+        logprobs = call.pop("logprobs", None)
+        logprobs = self.logprobs if logprobs is None else logprobs
         self._config(self.injected_engine, call, stop)  # bad keywords fail before any loading
         converted = [to_engine_message(m) for m in messages]
         if response_format:
@@ -331,7 +343,8 @@ class ChatSpecGuard(BaseChatModel):
                                    timeout=self.timeout)
             return stream, cfg.stop
 
-        return _Run(start, max_calls=1 if parallel is False else None)
+        decode = (lambda step, token: self.engine.token_text(step, token)) if logprobs else None
+        return _Run(start, max_calls=1 if parallel is False else None, decode=decode)
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,

@@ -39,7 +39,7 @@ from specguard_core.config import SpecGuardConfig
 from specguard_core.engine import formats
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.chat import InputError
-from specguard_core.types import GenerationResult, StepRecord
+from specguard_core.types import GenerationResult
 
 if TYPE_CHECKING:
     from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
@@ -255,14 +255,9 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         return await reply(request, req, lease, cfgs[0], "cmpl", "text_completion",
                            convert.completion_response)
 
-    def decode(step: StepRecord, token: int) -> str | None:
-        """A token's text in the vocabulary of the model that wrote the step (None: EOS)."""
-        handle = engine.draft if step.source == "draft" else engine.target
-        return None if token in handle.eos_ids else str(handle.tokenizer.decode([token]))
-
     def with_logprobs(result: GenerationResult, rid: str, model: str) -> dict[str, Any]:
         body = convert.chat_response(result, rid, model)
-        body["choices"][0]["logprobs"] = {"content": convert.content_logprobs(result, decode),
+        body["choices"][0]["logprobs"] = {"content": result.answer_logprobs(engine.token_text),
                                           "refusal": None}
         return body
 

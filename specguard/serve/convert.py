@@ -11,7 +11,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from specguard.serve.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
@@ -150,34 +150,6 @@ def completion_response(result: GenerationResult, rid: str, model: str) -> dict[
             "choices": [{"index": 0, "text": result.text, "logprobs": None,
                          "finish_reason": openai_finish(result.finish_reason)}],
             "usage": usage(result), "specguard": run_trace(result)}
-
-
-LOGPROB_FLOOR = -9999.0  # what vLLM reports for a probability that underflowed (JSON has no -inf)
-
-
-def content_logprobs(result: GenerationResult,
-                     decode: Callable[[StepRecord, int], str | None]) -> list[dict[str, Any]]:
-    """OpenAI's `logprobs.content` for the answer: each token of the answer steps up to a stop
-    string, with its log-probability under the model that wrote it (`StepRecord.token_logprobs`,
-    raw as vLLM reports) and no alternatives (`top_logprobs` is not offered). `decode(step, id)`
-    is the token's text in the vocabulary of the model that wrote the step, None for a token
-    outside the text (EOS). Forced tokens (no log-probability) are left out."""
-    out: list[dict[str, Any]] = []
-    cut, pos = len(result.raw_text), 0  # raw_text ends at the first stop string
-    for step in result.steps:
-        at = pos
-        for tok, lp in zip(step.token_ids, step.token_logprobs, strict=False):
-            if step.kind != "answer" or at >= cut:
-                break
-            piece = decode(step, tok)
-            if piece is None:
-                continue
-            at += len(piece)
-            if lp is not None:
-                out.append({"token": piece, "logprob": lp if math.isfinite(lp) else LOGPROB_FLOOR,
-                            "bytes": list(piece.encode("utf-8")), "top_logprobs": []})
-        pos += len(step.text)
-    return out
 
 
 def merge_choices(bodies: Sequence[dict[str, Any]], results: Sequence[GenerationResult]

@@ -102,6 +102,12 @@ class SpecGuardEngine:
     def tokenizer(self) -> Any:
         return self.target.tokenizer
 
+    def token_text(self, step: StepRecord, token: int) -> str | None:
+        """One of `step.token_ids` as text, in the vocabulary of the model that wrote the step
+        (None for an end-of-turn token, which is not part of the text)."""
+        handle = self.draft if step.source == "draft" else self.target
+        return None if token in handle.eos_ids else handle.decode([token])
+
     def prompt_ids(self, messages_or_prompt: str | Sequence[Message],
                    tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
         """The chat-templated prompt as the target tokenizes it."""

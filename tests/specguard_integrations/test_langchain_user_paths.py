@@ -115,6 +115,23 @@ def test_sampling_knobs_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> Non
         ChatSpecGuard(engine=engine, repetition_penalty=0)
 
 
+def test_logprobs_in_chat_openais_metadata_shape() -> None:
+    engine = scripted_engine(lambda p: "First.\n\nThe answer is 42.", config=CFG)
+    plain = ChatSpecGuard(engine=engine)
+    assert "logprobs" not in plain.invoke("Hello").response_metadata
+    for model in (ChatSpecGuard(engine=engine, logprobs=True), plain.bind(logprobs=True)):
+        message = model.invoke("Hello")
+        content = message.response_metadata["logprobs"]["content"]
+        assert "".join(t["token"] for t in content).strip() == message.content
+        assert all(t["logprob"] <= 0 and t["top_logprobs"] == [] for t in content)
+    chunks = list(plain.stream("Hello", logprobs=True))
+    assert chunks[-1].response_metadata["logprobs"]["content"] == content
+    result = engine.generate("Hello")
+    assert [t["logprob"] for t in content] == [  # each step's own values, answer tokens only
+        lp for s in result.steps for tok, lp in zip(s.token_ids, s.token_logprobs, strict=True)
+        if tok not in engine.target.eos_ids]
+
+
 def test_api_key_is_accepted_and_ignored_base_url_is_refused() -> None:
     """Code written for ChatOpenAI-like models switches by changing the class (issue 16 item 3)."""
     engine = scripted_engine(lambda p: "Hi.", config=CFG)
