@@ -77,6 +77,13 @@ class SpecGuardConfig(BaseModel):
     k: int = Field(4, ge=1, le=64, description="draft candidates per step")
     temperature: float = Field(0.7, ge=0.0, description="0 means greedy")
     top_p: float = Field(0.8, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1, description="sample from the k most likely tokens only (0 or -1: "
+                       "all); draft and target alike")
+    min_p: float = Field(0.0, ge=0.0, le=1.0, description="drop tokens below min_p times the top "
+                         "token's probability (0: none)")
+    repetition_penalty: float = Field(1.0, gt=0.0, description="CTRL/transformers repetition "
+                                      "penalty on tokens already in the sequence, prompt included "
+                                      "(1: none; greedy too)")
     step_delimiters: tuple[str, ...] = ("\n\n",)
     max_step_tokens: int = Field(256, ge=1)
     # score and decide
@@ -125,6 +132,18 @@ class SpecGuardConfig(BaseModel):
         if not math.isfinite(value):
             raise ValueError("temperature must be a finite number (0 means greedy)")
         return 0.0 if value < _GREEDY_BELOW else value
+
+    @field_validator("top_k")
+    @classmethod
+    def _all_tokens(cls, value: int) -> int:
+        return 0 if value == -1 else value  # -1 means all tokens in vLLM's API, as 0 does here
+
+    @field_validator("repetition_penalty")
+    @classmethod
+    def _finite_penalty(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("repetition_penalty must be a finite number > 0 (1 means none)")
+        return value
 
     @field_validator("seed")
     @classmethod

@@ -5,8 +5,12 @@ Everything here is plain data (no tensors), so results can be serialised, stream
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+LOGPROB_FLOOR = -9999.0  # what vLLM reports for a probability that underflowed (JSON has no -inf)
 
 
 class Cancelled(Exception):
@@ -53,6 +57,10 @@ class StepRecord:
     `target_written` split the step's tokens by the model that produced them (draft tokens the target
     verified count as the draft's); `target_passes` counts the target's forward passes in this step;
     `draft_wasted` the draft's tokens generated and not committed (all candidate rows included).
+    `token_logprobs[i]` is the log-probability of `token_ids[i]` under the model that wrote it (the
+    draft for its kept tokens, the target for its own), raw as vLLM reports by default: the
+    model's temperature-1 distribution before the repetition penalty, top-k, top-p and min-p; None
+    for a token no model chose (a forced tool-call prefix). Not part of `trace()`.
     """
 
     index: int
@@ -76,6 +84,7 @@ class StepRecord:
     target_written: int = 0
     target_passes: int = 0
     draft_wasted: int = 0
+    token_logprobs: list[float | None] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -201,6 +210,32 @@ class GenerationResult:
         out = asdict(self)
         out["stats"] = self.stats.to_dict()
         out["usage"]["total_tokens"] = self.usage.total_tokens
+        return out
+
+    def answer_logprobs(self, decode: Callable[[StepRecord, int], str | None]
+                        ) -> list[dict[str, Any]]:
+        """OpenAI's `logprobs.content` entries for the answer: each token of the answer steps up
+        to a stop string, with its log-probability under the model that wrote it
+        (`StepRecord.token_logprobs`; -inf as `LOGPROB_FLOOR`) and no alternatives.
+        `decode(step, id)` is the token's text in the vocabulary of the model that wrote the step
+        (`SpecGuardEngine.token_text`), None for a token outside the text (EOS). Forced tokens
+        (no log-probability) are left out."""
+        out: list[dict[str, Any]] = []
+        cut, pos = len(self.raw_text), 0  # raw_text ends at the first stop string
+        for step in self.steps:
+            at = pos
+            for tok, lp in zip(step.token_ids, step.token_logprobs, strict=False):
+                if step.kind != "answer" or at >= cut:
+                    break
+                piece = decode(step, tok)
+                if piece is None:
+                    continue
+                at += len(piece)
+                if lp is not None:
+                    out.append({"token": piece, "logprob": lp if math.isfinite(lp) else
+                                LOGPROB_FLOOR, "bytes": list(piece.encode("utf-8")),
+                                "top_logprobs": []})
+            pos += len(step.text)
         return out
 
     def trace(self) -> dict[str, Any]:

@@ -8,11 +8,13 @@ One vocabulary for `ChatSpecGuard` and `SpecGuardLLM`:
   target, LangChain's standard name), loaded on first use;
 - the configuration: `config=SpecGuardConfig(...)` or `preset="paper" | "fast"` is the base of
   every call (else the engine's own config), then the knob fields below, then per-call keywords;
-- knobs (LangChain's standard names): `temperature`, `max_tokens`, `top_p`, `stop`, `seed`,
-  `timeout`, and SpecGuard's `k`, `tau`, `beta`, `max_steps`;
-- loader options (used only when the adapter loads the pair): `device`, `dtype`, `device_map`,
-  `max_memory`, `revision`, `trust_remote_code` (False unless you opt in), `quantization_config`,
-  `engine_config`.
+- knobs (LangChain's standard names): `temperature`, `max_tokens`, `top_p`, `top_k`, `min_p`,
+  `repetition_penalty`, `stop`, `seed`, `timeout`, and SpecGuard's `k`, `tau`, `beta`,
+  `max_steps`;
+- loader options (used only when the adapter loads the pair): `device`, `dtype` (both models),
+  `draft_device`, `target_device`, `draft_dtype`, `target_dtype` (one model; None: the shared
+  one), `device_map`, `max_memory`, `revision`, `trust_remote_code` (False unless you opt in),
+  `quantization_config`, `engine_config`.
 
 An unknown constructor argument is an error that names the valid ones; renamed arguments
 (`draft_model`, `max_new_tokens`, `model_kwargs`, `generate_kwargs`) still work with a
@@ -30,9 +32,15 @@ from specguard_core.config import PRESETS, EngineConfig, SpecGuardConfig
 from specguard_core.config import preset as make_preset
 from specguard_core.models.registry import resolve
 
-KNOBS = ("temperature", "max_tokens", "top_p", "stop", "seed", "k", "tau", "beta", "max_steps")
-LOADER_OPTIONS = ("device", "dtype", "device_map", "max_memory", "revision", "trust_remote_code",
+KNOBS = ("temperature", "max_tokens", "top_p", "top_k", "min_p", "repetition_penalty", "stop",
+         "seed", "k", "tau", "beta", "max_steps")
+LOADER_OPTIONS = ("device", "dtype", "draft_device", "target_device", "draft_dtype",
+                  "target_dtype", "device_map", "max_memory", "revision", "trust_remote_code",
                   "quantization_config", "engine_config")
+# names of remote-API clients that make no sense in-process: what to do instead
+REMOTE_ONLY = {name: "the models run in this process; to talk to a `specguard serve` server, use "
+               "an OpenAI-compatible client (ChatOpenAI / OpenAILike) with that URL"
+               for name in ("base_url", "api_base", "openai_api_base", "organization")}
 # deprecated name -> its replacement ("config": a dict of SpecGuardConfig overrides)
 RENAMED = {"draft_model": "draft", "max_new_tokens": "max_tokens",
            "model_kwargs": "config", "generate_kwargs": "config"}
@@ -63,8 +71,10 @@ def check_arguments(owner: str, data: Any, valid: Iterable[str],
     unknown = sorted(set(data) - valid - {"overrides"})  # "overrides": moved here above
     if unknown:
         in_config = [n for n in unknown if n in SpecGuardConfig.model_fields]
+        remote = [n for n in unknown if n in REMOTE_ONLY]
         hint = (f" ({', '.join(in_config)}: pass config=SpecGuardConfig({in_config[0]}=...))"
-                if in_config else "")
+                if in_config else f" ({', '.join(remote)}: {REMOTE_ONLY[remote[0]]})" if remote
+                else "")
         raise ValueError(f"{owner} got unknown argument(s) {unknown}{hint}; valid arguments: "
                          f"{sorted(n for n in valid if not n.startswith('_'))}")
     return data
@@ -173,6 +183,19 @@ def profile(draft: str, target: str, engine: Any = None) -> dict[str, Any]:
         out["max_input_tokens"] = window
         out["max_output_tokens"] = window
     return out
+
+
+def check_placement(owner: str, options: Mapping[str, Any]) -> None:
+    """The devices and dtypes the adapter would load with, checked at construction (a typo fails
+    now, naming the option, not at the first call)."""
+    from specguard_core.models.loading import per_model
+
+    for role in ("draft", "target"):
+        try:
+            per_model(role, options["device"], options["dtype"], options[f"{role}_device"],
+                      options[f"{role}_dtype"])
+        except ValueError as err:
+            raise ValueError(f"{owner}: {err}") from None
 
 
 def loader_kwargs(owner: Any) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
-from pydantic import AliasChoices, Field, PrivateAttr, model_validator
+from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, model_validator
 from typing_extensions import Self
 
 from specguard_core import EngineConfig, GenerationResult, SpecGuardConfig, SpecGuardEngine
@@ -36,11 +36,13 @@ from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.formats import with_instruction
 from specguard_core.engine.loop import GenerationStream
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, resolve
+from specguard_core.types import StepRecord
 from specguard_integrations.common import (
     KNOBS,
     base_config,
     check_arguments,
     check_config_choice,
+    check_placement,
     knob_overrides,
     load_pair,
     loader_kwargs,
@@ -60,7 +62,7 @@ from specguard_integrations.langchain_convert import (
 __all__ = ["ChatSpecGuard", "normalise_tool_choice", "to_engine_message"]
 
 _CALL_KEYS = {"tools", "tool_choice", "response_format", "parallel_tool_calls", "model",
-              "max_tokens", "stop"}
+              "max_tokens", "stop", "logprobs"}
 
 
 class _Run:
@@ -68,8 +70,9 @@ class _Run:
     `max_calls=1` (`parallel_tool_calls=False`) keeps only the first tool call."""
 
     def __init__(self, start: Callable[[], tuple[GenerationStream, tuple[str, ...]]],
-                 max_calls: int | None = None) -> None:
-        self._start, self._max_calls = start, max_calls
+                 max_calls: int | None = None,
+                 decode: Callable[[StepRecord, int], str | None] | None = None) -> None:
+        self._start, self._max_calls, self._decode = start, max_calls, decode
         self.stream: GenerationStream | None = None
         self.result: GenerationResult | None = None
 
@@ -81,7 +84,11 @@ class _Run:
             for step in stream:
                 yield ChatGenerationChunk(message=translator.chunk(step))
             self.result = stream.result
-            yield ChatGenerationChunk(message=final_chunk(stream.result))
+            last = final_chunk(stream.result)
+            if self._decode is not None:  # asked for logprobs: ChatOpenAI's metadata shape
+                last.response_metadata["logprobs"] = {
+                    "content": stream.result.answer_logprobs(self._decode), "refusal": None}
+            yield ChatGenerationChunk(message=last)
         finally:
             stream.close()
 
@@ -115,7 +122,10 @@ class ChatSpecGuard(BaseChatModel):
     (`model.invoke(x, k=8, tau=0.6)`, any `SpecGuardConfig` field). An unknown argument is an error.
 
     `timeout` bounds the whole call (the engine stops within one forward pass); `max_retries` is
-    accepted for compatibility (local generation has no transient failures to retry).
+    accepted for compatibility (local generation has no transient failures to retry), and so is
+    `api_key`, which is ignored: the models run in this process and need no key, so code written
+    for ChatOpenAI-like models can switch by changing the class. (`base_url` is refused: for a
+    `specguard serve` server, use ChatOpenAI(base_url=...) itself.)
     """
 
     injected_engine: SpecGuardEngine | None = Field(default=None, alias="engine", exclude=True)
@@ -129,10 +139,22 @@ class ChatSpecGuard(BaseChatModel):
     temperature: float | None = None
     max_tokens: int | None = None
     top_p: float | None = None
+    top_k: int | None = None
+    """Sample from the k most likely tokens only (draft and target); None: the config's (0: all)."""
+    min_p: float | None = None
+    """Drop tokens below min_p times the top token's probability; None: the config's."""
+    repetition_penalty: float | None = None
+    """transformers' repetition penalty (> 1 discourages repeats, greedy too); None: the config's."""
     stop: list[str] | None = None
     seed: int | None = None
     timeout: float | None = None
     max_retries: int = 2
+    logprobs: bool | None = None
+    """Put each answer token's log-probability, under the model that wrote it (the draft for its
+    kept tokens, the target for its own; raw, before sampling knobs), in
+    `response_metadata["logprobs"]["content"]` (ChatOpenAI's shape; no `top_logprobs`)."""
+    api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
+    """Ignored (in-process models need no key); accepted so ChatOpenAI-style code can switch."""
     streaming: bool = False
     k: int | None = None
     tau: float | None = None
@@ -141,6 +163,12 @@ class ChatSpecGuard(BaseChatModel):
     # loader options (used only when ChatSpecGuard loads the pair itself)
     device: str = "auto"
     dtype: str = "auto"
+    draft_device: str | None = None
+    """Device of the draft only (None: `device`); e.g. "cpu" beside a target on "cuda"."""
+    target_device: str | None = None
+    draft_dtype: str | None = None
+    """dtype of the draft only (None: `dtype`); e.g. "float32" beside a "bfloat16" target."""
+    target_dtype: str | None = None
     device_map: Any = None
     max_memory: dict[Any, Any] | None = None
     revision: str | None = None
@@ -168,6 +196,8 @@ class ChatSpecGuard(BaseChatModel):
             raise ValueError("pass both model= (or target=) and draft=, or neither for the "
                              "default pair, or a ready engine=")
         self._config(engine, {})  # fail early on bad values
+        if engine is None:
+            check_placement("ChatSpecGuard", loader_kwargs(self))
         if engine is not None and self.model is None:
             self.model = engine.model_name
         elif engine is None and self.model is None:
@@ -297,6 +327,8 @@ class ChatSpecGuard(BaseChatModel):
         response_format = call.pop("response_format", None)
         parallel = call.pop("parallel_tool_calls", None)
         requested = call.pop("model", None)
+        logprobs = call.pop("logprobs", None)
+        logprobs = self.logprobs if logprobs is None else logprobs
         self._config(self.injected_engine, call, stop)  # bad keywords fail before any loading
         converted = [to_engine_message(m) for m in messages]
         if response_format:
@@ -311,7 +343,8 @@ class ChatSpecGuard(BaseChatModel):
                                    timeout=self.timeout)
             return stream, cfg.stop
 
-        return _Run(start, max_calls=1 if parallel is False else None)
+        decode = (lambda step, token: self.engine.token_text(step, token)) if logprobs else None
+        return _Run(start, max_calls=1 if parallel is False else None, decode=decode)
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,

@@ -68,6 +68,7 @@ from specguard_integrations.common import (
     base_config,
     check_arguments,
     check_config_choice,
+    check_placement,
     knob_overrides,
     load_pair,
     loader_kwargs,
@@ -142,6 +143,12 @@ class SpecGuardLLM(FunctionCallingLLM):
     temperature: float | None = Field(default=None, ge=0.0)
     max_tokens: int | None = Field(default=None, ge=1, description="max tokens per answer")
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1, description="sample from the k most likely "
+                              "tokens only (0 or -1: all)")
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description="drop tokens below "
+                                "min_p times the top token's probability")
+    repetition_penalty: float | None = Field(default=None, gt=0.0, description="transformers' "
+                                             "repetition penalty (> 1 discourages repeats)")
     stop: list[str] | None = Field(default=None)
     seed: int | None = Field(default=None)
     timeout: float | None = Field(default=None, gt=0, description="seconds for the whole call "
@@ -153,6 +160,10 @@ class SpecGuardLLM(FunctionCallingLLM):
     # loader options (used only when SpecGuardLLM loads the pair itself)
     device: str = Field(default="auto", description="device for lazy loading")
     dtype: str = Field(default="auto", description="dtype for lazy loading")
+    draft_device: str | None = Field(default=None, description="device of the draft only")
+    target_device: str | None = Field(default=None, description="device of the target only")
+    draft_dtype: str | None = Field(default=None, description="dtype of the draft only")
+    target_dtype: str | None = Field(default=None, description="dtype of the target only")
     device_map: Any = Field(default=None)
     max_memory: dict[Any, Any] | None = Field(default=None)
     revision: str | None = Field(default=None)
@@ -183,6 +194,8 @@ class SpecGuardLLM(FunctionCallingLLM):
             raise ValueError("SpecGuardLLM needs engine=SpecGuardEngine(...) or draft= and target=")
         check_config_choice(self.config, self.preset)
         self._config(engine, {})  # bad option names or values fail here
+        if engine is None:
+            check_placement("SpecGuardLLM", loader_kwargs(self))
 
     @classmethod
     def class_name(cls) -> str:

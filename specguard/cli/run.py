@@ -13,6 +13,8 @@ from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, parse_se
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.types import GenerationResult, StepRecord
 
+_DTYPES = ["auto", "bfloat16", "float16", "float32"]
+
 
 def add_run_parser(sub: Any) -> None:
     p = sub.add_parser("run", help="answer one question and print the per-step trace")
@@ -21,8 +23,7 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument("--target", default=DEFAULT_TARGET, help="target model (default %(default)s)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="balanced")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
-    p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16",
-                                                           "float32"])
+    p.add_argument("--dtype", default="bfloat16", choices=_DTYPES)
     add_loader_flags(p)
     p.add_argument("--bounds", help="normaliser bounds JSON from `specguard calibrate`")
     p.add_argument("--verifier", help="'auto' (default: the card shipped for the draft, else "
@@ -37,8 +38,15 @@ def add_run_parser(sub: Any) -> None:
 
 
 def add_loader_flags(p: argparse.ArgumentParser) -> None:
-    """Loader options passed through to transformers' `from_pretrained` for both models."""
+    """Loader options passed through to transformers' `from_pretrained` for both models, and the
+    per-model device/dtype overrides."""
     g = p.add_argument_group("loading")
+    g.add_argument("--draft-device", help="device of the draft only (overrides --device)")
+    g.add_argument("--target-device", help="device of the target only (overrides --device)")
+    g.add_argument("--draft-dtype", choices=_DTYPES, help="dtype of the draft only (overrides "
+                   "--dtype)")
+    g.add_argument("--target-dtype", choices=_DTYPES, help="dtype of the target only "
+                   "(overrides --dtype)")
     g.add_argument("--device-map", help='transformers device_map, e.g. "auto" (needs accelerate)')
     g.add_argument("--max-memory", metavar="JSON",
                    help='per-device memory cap with --device-map, e.g. \'{"0": "20GiB"}\'')
@@ -72,7 +80,9 @@ def loader_options(args: argparse.Namespace) -> dict[str, Any]:
                                           load_in_8bit=args.quantize == "8bit")
     return {"device_map": args.device_map, "max_memory": max_memory, "revision": args.revision,
             "trust_remote_code": bool(args.trust_remote_code),
-            "quantization_config": quantization}
+            "quantization_config": quantization, "draft_device": args.draft_device,
+            "target_device": args.target_device, "draft_dtype": args.draft_dtype,
+            "target_dtype": args.target_dtype}
 
 
 def _config(args: argparse.Namespace) -> SpecGuardConfig:

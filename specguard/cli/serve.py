@@ -14,6 +14,7 @@ import socket
 import sys
 from typing import Any
 
+from specguard.cli.run import add_loader_flags, loader_options
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, parse_sets, preset
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -37,6 +38,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
     p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16",
                                                            "float32"])
+    add_loader_flags(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s; "
                    "use 0.0.0.0 only with --api-key)")
     p.add_argument("--port", type=int, default=8000, help="default %(default)s")
@@ -97,6 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                              model_name=args.served_model_name or
                              f"specguard:{args.draft}+{args.target}")
     cfg = _config(args)
+    options = loader_options(args)  # a bad --max-memory fails before the port is taken
     sock = bind(args.host, args.port)
     if args.host not in _LOOPBACK and not settings.api_key:
         print(f"warning: listening on {args.host} without --api-key: anyone who can reach this "
@@ -108,7 +111,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         with Console(stderr=True).status(f"loading {args.draft} and {args.target} ..."):
             engine = SpecGuardEngine.from_pretrained(args.draft, args.target, device=args.device,
-                                                     dtype=args.dtype, config=cfg)
+                                                     dtype=args.dtype, config=cfg, **options)
     except BaseException:
         sock.close()
         raise

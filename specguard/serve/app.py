@@ -19,6 +19,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -38,6 +39,7 @@ from specguard_core.config import SpecGuardConfig
 from specguard_core.engine import formats
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.chat import InputError
+from specguard_core.types import GenerationResult
 
 if TYPE_CHECKING:
     from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
@@ -124,19 +126,21 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
                            "model_not_found")
         return req
 
-    def config_for(req: ChatCompletionRequest | CompletionRequest) -> SpecGuardConfig:
+    def config_for(req: ChatCompletionRequest | CompletionRequest) -> list[SpecGuardConfig]:
+        """One config per choice (`n`), seeds seed, seed+1, ..."""
         try:
-            return convert.request_config(engine.config, req)
+            return convert.choice_configs(convert.request_config(engine.config, req), req.choices)
         except ValueError as err:
             raise APIError(400, str(err), param="specguard" if req.specguard else None) from None
 
-    async def open_stream(messages: Any, cfg: SpecGuardConfig, **kwargs: Any) -> Lease:
-        """Admit, then open the engine's stream: `engine.stream` validates eagerly (tokenises the
-        prompt), on a worker thread, not on the event loop."""
+    async def open_stream(messages: Any, cfgs: list[SpecGuardConfig], **kwargs: Any) -> Lease:
+        """Admit (one place for all choices), then open the engine's streams: `engine.stream`
+        validates eagerly (tokenises the prompt), on a worker thread, not on the event loop."""
         slots.admit()
         try:
-            stream = await asyncio.to_thread(engine.stream, messages, config=cfg, **kwargs)
-            return Lease(slots, stream)
+            streams = await asyncio.to_thread(
+                lambda: [engine.stream(messages, config=cfg, **kwargs) for cfg in cfgs])
+            return Lease(slots, streams)
         except InputError as err:
             slots.leave()
             raise APIError(400, str(err)) from None
@@ -153,7 +157,8 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
 
     async def respond(request: Request, lease: Lease, build: Any, rid: str) -> Any:
         try:
-            await run(request, lease.stream)
+            for stream in lease.streams:  # the choices, one run after another
+                await run(request, stream)
         except ClientGone:
             return JSONResponse(error_body("client disconnected", "invalid_request_error"), 499)
         except InputError as err:
@@ -164,7 +169,9 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
                            "server_error") from None
         finally:
             lease.release()
-        return JSONResponse(build(lease.stream.result, rid, model_name))
+        results = [stream.result for stream in lease.streams]
+        return JSONResponse(convert.merge_choices([build(r, rid, model_name) for r in results],
+                                                  results))
 
     async def reply(request: Request, req: Any, lease: Lease, cfg: SpecGuardConfig, prefix: str,
                     obj: str, build: Any) -> Any:
@@ -177,35 +184,36 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
 
     async def events(request: Request, lease: Lease, rid: str, obj: str,
                      stops: tuple[str, ...], include_usage: bool) -> AsyncIterator[str]:
-        """SSE: a role chunk, one chunk per committed step (its trace in `specguard.step`), a final
-        chunk with finish_reason and the run's trace, the usage chunk if asked, then [DONE]."""
-        now, chat, stream = int(time.time()), obj == "chat.completion.chunk", lease.stream
+        """SSE: per choice (`n`, one run after another, chunks indexed): a role chunk, one chunk
+        per committed step (its trace in `specguard.step`), a final chunk with finish_reason and
+        the run's trace; then the usage chunk if asked, then [DONE]."""
+        now, chat = int(time.time()), obj == "chat.completion.chunk"
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None = None,
+                  trace: dict[str, Any] | None = None) -> str:
+            return convert.sse(
+                convert.chat_chunk(rid, model_name, now, delta, finish, trace, include_usage,
+                                   index) if chat else
+                convert.completion_chunk(rid, model_name, now, delta.get("content", ""), finish,
+                                         trace, include_usage, index))
+
         try:
-            async with slots.slot(request):
-                if chat:
-                    yield convert.sse(convert.chat_chunk(
-                        rid, model_name, now, {"role": "assistant", "content": ""},
-                        include_usage=include_usage))
-                deltas = convert.StepDeltas(stops)
-                async for step in iterate_in_thread(lambda: stream, stream.close,
-                                                    name="specguard-serve"):
-                    delta, trace = deltas.delta(step), {"step": convert.step_trace(step)}
-                    yield convert.sse(
-                        convert.chat_chunk(rid, model_name, now, delta, None, trace, include_usage)
-                        if chat else convert.completion_chunk(rid, model_name, now,
-                                                              delta.get("content", ""), None,
-                                                              trace, include_usage))
-                result = stream.result
-                rest = deltas.flush(result.text)
-                finish, trace = convert.openai_finish(result.finish_reason), \
-                    {"run": convert.run_trace(result, steps=False)}
-                yield convert.sse(
-                    convert.chat_chunk(rid, model_name, now, rest, finish, trace, include_usage)
-                    if chat else convert.completion_chunk(rid, model_name, now,
-                                                          rest.get("content", ""), finish, trace,
-                                                          include_usage))
-                if include_usage:
-                    yield convert.sse(convert.usage_chunk(rid, model_name, now, obj, result))
+            for index, stream in enumerate(lease.streams):
+                async with slots.slot(request):
+                    if chat:
+                        yield chunk(index, {"role": "assistant", "content": ""})
+                    deltas = convert.StepDeltas(stops)
+                    async for step in iterate_in_thread(partial(iter, stream), stream.close,
+                                                        name="specguard-serve"):
+                        yield chunk(index, deltas.delta(step), None,
+                                    {"step": convert.step_trace(step)})
+                    result = stream.result
+                    yield chunk(index, deltas.flush(result.text),
+                                convert.openai_finish(result.finish_reason),
+                                {"run": convert.run_trace(result, steps=False)})
+            if include_usage:
+                yield convert.sse(convert.usage_chunk(rid, model_name, now, obj,
+                                                      [s.result for s in lease.streams]))
         except ClientGone:
             return
         except Exception as err:  # noqa: BLE001 - headers are sent: report in-band, as vLLM does
@@ -221,7 +229,7 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         req: ChatCompletionRequest = await parse(request, ChatCompletionRequest)
-        cfg = config_for(req)
+        cfgs = config_for(req)
         try:
             messages = convert.engine_messages(req.messages)
         except InputError as err:
@@ -234,17 +242,24 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             messages = formats.with_instruction(messages, instruction)
             if takes_format:
                 kwargs["response_format"] = req.response_format
-        lease = await open_stream(messages, cfg, **kwargs)
-        return await reply(request, req, lease, cfg, "chatcmpl", "chat.completion.chunk",
-                           convert.chat_response)
+        lease = await open_stream(messages, cfgs, **kwargs)
+        build = with_logprobs if req.logprobs else convert.chat_response
+        return await reply(request, req, lease, cfgs[0], "chatcmpl", "chat.completion.chunk",
+                           build)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         req: CompletionRequest = await parse(request, CompletionRequest)
-        cfg = config_for(req)
-        lease = await open_stream(req.text(), cfg)
-        return await reply(request, req, lease, cfg, "cmpl", "text_completion",
+        cfgs = config_for(req)
+        lease = await open_stream(req.text(), cfgs)
+        return await reply(request, req, lease, cfgs[0], "cmpl", "text_completion",
                            convert.completion_response)
+
+    def with_logprobs(result: GenerationResult, rid: str, model: str) -> dict[str, Any]:
+        body = convert.chat_response(result, rid, model)
+        body["choices"][0]["logprobs"] = {"content": result.answer_logprobs(engine.token_text),
+                                          "refusal": None}
+        return body
 
     card = {"id": model_name, "object": "model", "created": created, "owned_by": "specguard",
             "specguard": {"draft": engine.draft.name, "target": engine.target.name,

@@ -51,12 +51,20 @@ def engine_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
 
 def request_config(base: SpecGuardConfig, req: ChatCompletionRequest | CompletionRequest
                    ) -> SpecGuardConfig:
-    """The request's SpecGuardConfig: the server's config, then the OpenAI sampling fields, then
-    the `specguard` extension's overrides. Raises ValueError naming the bad field."""
+    """The request's SpecGuardConfig: the server's config, then the OpenAI sampling fields (and
+    vLLM's top_k, min_p, repetition_penalty), then the `specguard` extension's overrides. Raises
+    ValueError naming the bad field."""
     limit = req.token_limit() if isinstance(req, ChatCompletionRequest) else req.max_tokens
     openai = {"temperature": req.temperature, "top_p": req.top_p, "max_new_tokens": limit,
-              "stop": req.stops(), "seed": req.seed}
+              "stop": req.stops(), "seed": req.seed, "top_k": req.top_k, "min_p": req.min_p,
+              "repetition_penalty": req.repetition_penalty}
     return base.merged(**openai, **(req.specguard or {}))
+
+
+def choice_configs(cfg: SpecGuardConfig, n: int) -> list[SpecGuardConfig]:
+    """One config per choice: the same request with seeds seed, seed+1, ... (greedy choices are
+    then identical, as the target's own greedy output would be)."""
+    return [cfg] + [cfg.merged(seed=cfg.seed + i) for i in range(1, n)]
 
 
 # ---- engine results -> responses ----------------------------------------------------------
@@ -70,11 +78,14 @@ def openai_finish(reason: FinishReason) -> str:
     return "length" if reason == "max_steps" else reason
 
 
-def usage(result: GenerationResult) -> dict[str, Any]:
-    out: dict[str, Any] = {"prompt_tokens": result.usage.prompt_tokens,
-                           "completion_tokens": result.usage.completion_tokens,
-                           "total_tokens": result.usage.total_tokens}
-    reasoning = sum(len(s.token_ids) for s in result.steps if s.kind == "reasoning")
+def usage(result: GenerationResult | Sequence[GenerationResult]) -> dict[str, Any]:
+    """OpenAI's usage of one run, or of the runs of n choices (the prompt counted once)."""
+    results = [result] if isinstance(result, GenerationResult) else list(result)
+    prompt = results[0].usage.prompt_tokens
+    completion = sum(r.usage.completion_tokens for r in results)
+    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                           "total_tokens": prompt + completion}
+    reasoning = sum(len(s.token_ids) for r in results for s in r.steps if s.kind == "reasoning")
     if reasoning:
         out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return out
@@ -139,6 +150,19 @@ def completion_response(result: GenerationResult, rid: str, model: str) -> dict[
             "choices": [{"index": 0, "text": result.text, "logprobs": None,
                          "finish_reason": openai_finish(result.finish_reason)}],
             "usage": usage(result), "specguard": run_trace(result)}
+
+
+def merge_choices(bodies: Sequence[dict[str, Any]], results: Sequence[GenerationResult]
+                  ) -> dict[str, Any]:
+    """The response of n choices from n single-choice bodies: choices indexed 0..n-1, usage over
+    all runs (prompt once), and `specguard` as {"choices": [each run's trace]}; one body as is."""
+    if len(bodies) == 1:
+        return dict(bodies[0])
+    out = dict(bodies[0])
+    out["choices"] = [{**b["choices"][0], "index": i} for i, b in enumerate(bodies)]
+    out["usage"] = usage(results)
+    out["specguard"] = {"choices": [b["specguard"] for b in bodies]}
+    return out
 
 
 # ---- engine steps -> stream chunks -----------------------------------------------------------
@@ -211,10 +235,10 @@ class StepDeltas:
 
 def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any],
                finish: str | None = None, trace: dict[str, Any] | None = None,
-               include_usage: bool = False) -> dict[str, Any]:
+               include_usage: bool = False, index: int = 0) -> dict[str, Any]:
     chunk: dict[str, Any] = {
         "id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
     if include_usage:
         chunk["usage"] = None
     if trace is not None:
@@ -224,10 +248,10 @@ def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any],
 
 def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None = None,
                      trace: dict[str, Any] | None = None,
-                     include_usage: bool = False) -> dict[str, Any]:
+                     include_usage: bool = False, index: int = 0) -> dict[str, Any]:
     chunk: dict[str, Any] = {
         "id": rid, "object": "text_completion", "created": created, "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]}
     if include_usage:
         chunk["usage"] = None
     if trace is not None:
@@ -236,8 +260,8 @@ def completion_chunk(rid: str, model: str, created: int, text: str, finish: str 
 
 
 def usage_chunk(rid: str, model: str, created: int, obj: str,
-                result: GenerationResult) -> dict[str, Any]:
-    """The extra last chunk of `stream_options.include_usage`: no choices, the run's usage."""
+                result: GenerationResult | Sequence[GenerationResult]) -> dict[str, Any]:
+    """The extra last chunk of `stream_options.include_usage`: no choices, the runs' usage."""
     return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
             "usage": usage(result)}
 

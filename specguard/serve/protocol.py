@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+MAX_N = 16  # choices per request (each is a full engine run)
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -42,12 +44,17 @@ class _Sampling(BaseModel):
     model: str
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
+    # vLLM's extra sampling parameters (OpenAI clients send them with extra_body={...})
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
     seed: int | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int | None = None
+    n: int | None = Field(None, ge=1, le=MAX_N, description="choices: one engine run each, with "
+                          "seeds seed, seed+1, ...")
     logprobs: bool | int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
@@ -57,6 +64,10 @@ class _Sampling(BaseModel):
     # OpenAI clients as `extra_body={"specguard": {...}}`
     specguard: dict[str, Any] | None = None
 
+    @property
+    def choices(self) -> int:
+        return self.n or 1
+
     def stops(self) -> tuple[str, ...] | None:
         if self.stop is None:
             return None
@@ -65,11 +76,11 @@ class _Sampling(BaseModel):
     def unsupported(self) -> list[tuple[str, str]]:
         """(field, why) for every field set to something this server cannot do."""
         bad = []
-        if self.n not in (None, 1):
-            bad.append(("n", "n > 1 is not supported; send n separate requests"))
-        if self.logprobs not in (None, False, 0):
-            bad.append(("logprobs", "logprobs are not supported (steps are scored by the draft's "
-                                    "signals instead; see the `specguard` field of the response)"))
+        if self.logprobs not in (None, False, 0) and (self.stream or not isinstance(
+                self, ChatCompletionRequest) or self.logprobs is not True):
+            bad.append(("logprobs", "logprobs are supported on /v1/chat/completions without "
+                                    "stream (logprobs=true, top_logprobs unset or 0); the steps' "
+                                    "draft signals are in the `specguard` field of every response"))
         for name in ("presence_penalty", "frequency_penalty"):
             if getattr(self, name) not in (None, 0, 0.0):
                 bad.append((name, f"{name} is not supported; leave it unset or 0"))

@@ -38,16 +38,22 @@ class ClientGone(Exception):
 
 
 class Lease:
-    """One admitted request's stream and queue place; `release()` is idempotent, so every exit
-    path (done, error, disconnect, a stream response never started) may call it."""
+    """One admitted request's streams (one per choice, run one after another) and its queue
+    place; `release()` is idempotent, so every exit path (done, error, disconnect, a stream
+    response never started) may call it."""
 
-    def __init__(self, slots: Slots, stream: GenerationStream) -> None:
-        self.slots, self.stream, self._released = slots, stream, False
+    def __init__(self, slots: Slots, streams: list[GenerationStream]) -> None:
+        self.slots, self.streams, self._released = slots, streams, False
+
+    @property
+    def stream(self) -> GenerationStream:
+        return self.streams[0]
 
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self.stream.close()
+            for stream in self.streams:
+                stream.close()
             self.slots.leave()
 
 

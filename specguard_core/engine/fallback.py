@@ -19,15 +19,9 @@ import torch
 
 from specguard_core.engine.chat import forced_call_prefix
 from specguard_core.engine.handle import CacheState, ModelHandle, TentativePass
-from specguard_core.engine.proposer import (
-    Proposal,
-    SampleSpec,
-    StepText,
-    nucleus_probs,
-    propose,
-    sample_with_probs,
-)
+from specguard_core.engine.proposer import Proposal, SampleSpec, StepText, propose
 from specguard_core.engine.request import Request, Step
+from specguard_core.engine.sampling import Shaping, nucleus_probs, sample_with_probs
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.speculative import accepted_prefix, next_token
 
@@ -54,14 +48,16 @@ def regenerate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: 
     k = cfg.fallback_k if sample else 1
     spec = SampleSpec(k, cfg.temperature if sample else 0.0, cfg.top_p,
                       max(1, req.budget(req.target)), req.rules, None,
-                      hidden=k > 1 and selector.mode == "hidden")
+                      hidden=k > 1 and selector.mode == "hidden", shaping=Shaping.of(cfg))
     written = propose(target, req.target, spec, req.generator, prior, check=req.check)
     i = selector.select(written.candidates)
     cand = written.candidates[i]
     written.keep(i)
     req.draft.pending += convert(prior_ids + cand.fed, target, draft)
+    logprobs: list[float | None] = [None] * len(prior_ids)  # forced, not chosen by a model
     return Step(prior_ids + cand.token_ids, prior + cand.text, "target", cand.end == "eos", k,
-                path="regenerated", draft_generated=generated(proposal))
+                path="regenerated", draft_generated=generated(proposal),
+                token_logprobs=logprobs + list(cand.logprobs))
 
 
 def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: Proposal,
@@ -70,20 +66,26 @@ def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: P
     `first` over candidate `pick` (same vocabulary). Greedy when temperature is 0, else exact
     speculative sampling of the target's distribution. `checked` leading tokens passed the
     target's typical-acceptance check and are kept too (greedy mode; 0 when unchecked), so a
-    failed check keeps everything before its first failing token."""
+    failed check keeps everything before its first failing token. Both models' logits go through
+    the request's shaping (`sampling.Shaping`, each penalised for its own sequence so far), so the
+    output follows the target's shaped distribution."""
     cfg, gen = req.cfg, req.generator
-    temp, top_p = cfg.temperature, cfg.top_p
+    temp, top_p, shaping = cfg.temperature, cfg.top_p, Shaping.of(cfg)
     cand = proposal.candidates[pick]
     text = StepText(target, req.rules, max(1, req.budget(req.target)))
-    m = accepted_prefix(first.logits, cand.token_ids, cand.sample_probs, temp, top_p, gen)
+    p_rows = shaping.penalise_rows(first.logits, req.target.ids, cand.token_ids)  # [T+1, V]
+    m = accepted_prefix(p_rows, cand.token_ids, cand.sample_probs, temp, top_p, gen, shaping)
     if temp == 0:
         m = max(m, min(checked, len(cand.token_ids)))
     proposal.keep(pick, m)
     q = None
     if m < len(cand.token_ids) and temp > 0:  # the draft's distribution where it was rejected
-        q = nucleus_probs(draft.next_logits(req.draft), temp, top_p)
-    nxt = next_token(first.logits[m], temp, top_p, gen, q) if m < len(first.logits) else None
+        q_row = shaping.penalise(draft.next_logits(req.draft)[None],
+                                 shaping.history(req.draft.ids, 1, draft.device))  # [1, V]
+        q = nucleus_probs(q_row[0], temp, top_p, shaping)
+    nxt = next_token(p_rows[m], temp, top_p, gen, q, shaping) if m < len(p_rows) else None
     n_in = _push(text, cand.token_ids[:m], nxt)
+    logprobs = (cand.logprobs[:m] + _logprob(first.logits, m, nxt))[:n_in]  # as text.token_ids
     verified = min(n_in, m)
     first.keep(min(verified, len(first.ids)))
     draft.rollback(req.draft, len(req.draft.ids) - (min(m, cand.n_fed) - min(verified, cand.n_fed)))
@@ -93,18 +95,21 @@ def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: P
         req.check()
         draft.catch_up(req.draft)
         n0 = len(req.draft.ids)
-        toks, q_x, q_logits = _draft_run(draft, req.draft, min(req.draft_run, text.max_tokens
-                                                              - len(text.token_ids)), req)
+        toks, q_x, q_logits, q_lps = _draft_run(draft, req.draft, min(
+            req.draft_run, text.max_tokens - len(text.token_ids)), req)
         made += len(toks)
         feed = toks[:-1] if toks[-1] in draft.eos_ids else toks
         tpass = target.try_tokens(req.target, feed)
-        m = accepted_prefix(tpass.logits, toks, q_x, temp, top_p, gen)
+        p_rows = shaping.penalise_rows(tpass.logits, req.target.ids, toks)  # [T+1, V]
+        m = accepted_prefix(p_rows, toks, q_x, temp, top_p, gen, shaping)
         grow = m == len(toks)
         req.draft_run = min(cfg.sd_max_draft_tokens, req.draft_run + 2) if grow else \
             max(1, req.draft_run - 1)
-        q = nucleus_probs(q_logits[m], temp, top_p) if m < len(toks) and temp > 0 else None
-        nxt = next_token(tpass.logits[m], temp, top_p, gen, q) if m < len(tpass.logits) else None
+        q = nucleus_probs(q_logits[m], temp, top_p, shaping) if m < len(toks) and temp > 0 \
+            else None
+        nxt = next_token(p_rows[m], temp, top_p, gen, q, shaping) if m < len(p_rows) else None
         n_in = _push(text, toks[:m], nxt)
+        logprobs += (q_lps[:m] + _logprob(tpass.logits, m, nxt))[:n_in]
         kept = min(n_in, m)
         written += kept
         tpass.keep(min(kept, len(feed)))
@@ -121,7 +126,15 @@ def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: P
         written = min(written, len(text.token_ids))
     return Step(text.token_ids, text.text, "target", text.end == "eos", len(proposal.candidates),
                 path="target-verified", verified_prefix=verified, draft_written=written,
-                draft_generated=made)
+                draft_generated=made, token_logprobs=logprobs[: len(text.token_ids)])
+
+
+def _logprob(rows: torch.Tensor, m: int, tok: int | None) -> list[float | None]:
+    """`[tok's raw log-probability under rows[m]]` (the target's own token), [] when none."""
+    if tok is None:
+        return []
+    row = rows[m].float()  # [V]
+    return [float(row[tok] - torch.logsumexp(row, dim=-1))]
 
 
 def _push(text: StepText, accepted: list[int], nxt: int | None) -> int:
@@ -145,22 +158,29 @@ def _pend(draft: ModelHandle, target: ModelHandle, req: Request, tok: int | None
 
 
 def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
-               ) -> tuple[list[int], list[float], list[torch.Tensor]]:
+               ) -> tuple[list[int], list[float], list[torch.Tensor], list[float | None]]:
     """The draft proposes up to `g` tokens after its committed prefix (stopping at EOS): (tokens,
-    their sampling probabilities q(x), the draft's logits `[V]` at each). All but the last are fed
-    (committed here; the caller rolls back what the target rejects)."""
+    their sampling probabilities q(x), the draft's penalised logits `[V]` at each, their raw
+    log-probabilities). All but the last are fed (committed here; the caller rolls back what the
+    target rejects)."""
     toks: list[int] = []
     probs: list[float] = []
     rows: list[torch.Tensor] = []
+    lps: list[float | None] = []
+    shaping = Shaping.of(req.cfg)
     for j in range(max(1, g)):
-        logits = draft.next_logits(state)  # [V]
+        raw = draft.next_logits(state)  # [V]
+        logits = shaping.penalise(raw[None], shaping.history(state.ids, 1, draft.device))[0]
         tok, prob = sample_with_probs(logits[None], req.cfg.temperature, req.cfg.top_p,
-                                      req.generator)
-        t, p = torch.stack([tok[0].to(prob.dtype), prob[0]]).tolist()  # one transfer per token
+                                      req.generator, shaping=shaping)
+        lp = raw[tok[0]].float() - torch.logsumexp(raw.float(), dim=-1)  # raw log p(tok)
+        t, p, logp = torch.stack([tok[0].to(prob.dtype), prob[0], lp.to(prob.dtype)]
+                                 ).tolist()  # one transfer per token
         toks.append(int(t))
         probs.append(p)
         rows.append(logits)
+        lps.append(logp)
         if int(t) in draft.eos_ids or j == g - 1:
             break
         draft.extend(state, [int(t)])
-    return toks, probs, rows
+    return toks, probs, rows, lps

@@ -36,6 +36,7 @@ from specguard_core.engine.handle import ModelHandle, TentativePass
 from specguard_core.engine.probe import load_probe, shipped_card
 from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, propose
 from specguard_core.engine.request import Request, Step
+from specguard_core.engine.sampling import Shaping
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.signals import percentile_bounds
 from specguard_core.engine.speculative import typical_prefix
@@ -101,6 +102,12 @@ class SpecGuardEngine:
     @property
     def tokenizer(self) -> Any:
         return self.target.tokenizer
+
+    def token_text(self, step: StepRecord, token: int) -> str | None:
+        """One of `step.token_ids` as text, in the vocabulary of the model that wrote the step
+        (None for an end-of-turn token, which is not part of the text)."""
+        handle = self.draft if step.source == "draft" else self.target
+        return None if token in handle.eos_ids else handle.decode([token])
 
     def prompt_ids(self, messages_or_prompt: str | Sequence[Message],
                    tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
@@ -240,7 +247,7 @@ class SpecGuardEngine:
                 tpass = tpass or self._target_pass(req, draft_step)
                 checked = self._checked_ids(draft_step, tpass)
                 passed = typical_prefix(tpass.logits, checked, cfg.typical_eps,
-                                        cfg.typical_delta)
+                                        cfg.typical_delta, Shaping.of(cfg), req.target.ids)
                 if passed == len(checked):
                     path = "target-checked"
                 else:
@@ -258,7 +265,7 @@ class SpecGuardEngine:
                           self._capture_layers(self.draft, cfg), cfg.sparsify_threshold,
                           hidden=cfg.k > 1 and selector.mode == "hidden",
                           pool_layers=self._pool_layers(self.draft, cfg)
-                          if cfg.scoring_model == "draft" else ())
+                          if cfg.scoring_model == "draft" else (), shaping=Shaping.of(cfg))
 
     def _score(self, req: Request, cand: Candidate, kind: StepKind
                ) -> tuple[Verdict, TentativePass | None]:
@@ -330,7 +337,7 @@ class SpecGuardEngine:
             req.target.pending += self._convert(cand.fed, self.draft, self.target)
         return Step(cand.token_ids, cand.text, "draft", cand.end == "eos", len(proposal.candidates),
                     verdict.tool_call, path=path, kind=kind, draft_written=len(cand.token_ids),
-                    draft_generated=generated(proposal))
+                    draft_generated=generated(proposal), token_logprobs=list(cand.logprobs))
 
     def _fall_back(self, req: Request, proposal: Proposal, pick: int, selector: Selector,
                    tpass: TentativePass | None, passed: int = 0) -> Step:

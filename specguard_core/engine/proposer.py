@@ -19,6 +19,7 @@ import torch
 
 from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.handle import CacheState, ModelHandle
+from specguard_core.engine.sampling import NO_SHAPING, Shaping, sample_with_probs
 from specguard_core.engine.signals import sparsify_rows
 from specguard_core.engine.steps import StepRules, step_end
 
@@ -39,6 +40,7 @@ class SampleSpec:
     sparsify_threshold: float = 0.01
     hidden: bool = False
     pool_layers: tuple[int, ...] = ()  # hidden-state layers (0 = embeddings) to mean-pool per step
+    shaping: Shaping = NO_SHAPING  # top-k, min-p, repetition penalty (`sampling.Shaping`)
 
 
 @dataclass
@@ -146,57 +148,6 @@ class Proposal:
         self.handle.drop_uncommitted(self.state)
 
 
-def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
-                  generator: torch.Generator, shortlist: int = 1024) -> torch.Tensor:
-    """`[k, V] -> [k]`: greedy when temperature is 0, else nucleus (top-p) sampling."""
-    return sample_with_probs(logits, temperature, top_p, generator, shortlist)[0]
-
-
-def sample_with_probs(logits: torch.Tensor, temperature: float, top_p: float,
-                      generator: torch.Generator, shortlist: int = 1024
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`[k, V] -> ([k] tokens, [k] their probability under the sampling distribution)`.
-
-    Sorting a 150k vocabulary costs more than a small model's decode step on a CPU, so there the
-    nucleus is taken from the `shortlist` most likely tokens, with their exact probabilities; rows
-    whose shortlist holds less than `top_p` of the mass fall back to the full sort (same
-    distribution). On an accelerator the full sort is cheap and the check would be a host sync, so
-    it always sorts.
-    """
-    if temperature == 0:
-        tokens = logits.argmax(dim=-1)
-        return tokens, torch.ones(tokens.shape, device=logits.device)
-    scaled = logits / temperature
-    if shortlist < scaled.shape[-1] and scaled.device.type == "cpu":
-        values, order = scaled.topk(shortlist, dim=-1)  # [k, K], sorted descending
-        probs = (values - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
-        if bool((probs.sum(dim=-1) >= top_p).all()):
-            return _nucleus(probs, order, top_p, generator)
-    probs, order = torch.softmax(scaled, dim=-1).sort(dim=-1, descending=True)
-    return _nucleus(probs, order, top_p, generator)
-
-
-def nucleus_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """`[..., V] -> [..., V]`: the exact distribution `sample_with_probs` draws from (one-hot argmax
-    when temperature is 0)."""
-    if temperature == 0:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
-    probs = torch.softmax(logits / temperature, dim=-1)
-    sorted_p, order = probs.sort(dim=-1, descending=True)
-    kept = sorted_p.masked_fill((sorted_p.cumsum(dim=-1) - sorted_p) > top_p, 0.0)
-    out = torch.zeros_like(probs).scatter(-1, order, kept)
-    return out / out.sum(dim=-1, keepdim=True)
-
-
-def _nucleus(sorted_p: torch.Tensor, order: torch.Tensor, top_p: float,
-             generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    # keep tokens whose preceding mass is within top_p (the smallest prefix reaching top_p)
-    kept = sorted_p.masked_fill((sorted_p.cumsum(dim=-1) - sorted_p) > top_p, 0.0)
-    pick = torch.multinomial(kept, 1, generator=generator)  # [k, 1]
-    prob = kept.gather(-1, pick)[:, 0] / kept.sum(dim=-1)  # [k]
-    return order.gather(-1, pick).squeeze(-1), prob
-
-
 def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
             generator: torch.Generator, prior: str = "",
             check: Callable[[], None] | None = None) -> Proposal:
@@ -212,10 +163,15 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
     emb_sum: torch.Tensor | None = None  # [k, d]
     pool_sums: dict[int, torch.Tensor] = {}  # layer -> [k, d]
     whole_logits: dict[int, torch.Tensor] = {}  # row -> [V] after its last whole character
+    history = spec.shaping.history(state.ids, k, dev)  # [k, n0 + t] for the penalty (None: none)
     for t in range(spec.max_tokens):
         if check is not None:
             check()
-        tokens, probs = sample_with_probs(logits, spec.temperature, spec.top_p, generator)  # [k]
+        shaped = spec.shaping.penalise(logits, history)  # [k, V]
+        tokens, probs = sample_with_probs(shaped, spec.temperature, spec.top_p, generator,
+                                          shaping=spec.shaping)  # [k]
+        if history is not None:
+            history = torch.cat([history, tokens[:, None]], dim=1)
         logps = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None])[:, 0]  # [k]
         toks, lps, sps = torch.stack([tokens.to(logps.dtype), logps, probs.to(logps.dtype)]
                                      ).tolist()  # the one host transfer of this step

@@ -50,6 +50,7 @@ class Step:
     verified_prefix: int = 0
     draft_written: int = 0
     draft_generated: int = 0  # draft tokens generated for this step, all rows and rounds
+    token_logprobs: list[float | None] = field(default_factory=list)  # see StepRecord
 
 
 
@@ -123,6 +124,7 @@ class Request:
             rejected_reason=verdict.reason if verdict and step.source == "target" else None,
             draft_text=draft_text, phase_s=dict(phases), path=step.path,
             verified_prefix=step.verified_prefix, draft_written=step.draft_written,
+            token_logprobs=list(step.token_logprobs),
             target_written=len(step.token_ids) - step.draft_written,
             target_passes=self.target.counters.forward_calls - self._passes_mark,
             draft_wasted=max(0, step.draft_generated - step.draft_written),

@@ -9,19 +9,24 @@
 - `typical_accept`: Medusa's typical acceptance (Cai et al. 2024): every token must have target
   probability p >= min(eps, delta * exp(-H)), H the entropy of the target's distribution there.
 
-`p` is the target's distribution after the request's temperature and top-p (`nucleus_probs`), `q` the
-distribution the draft sampled the token from.
+`p` is the target's distribution after the request's shaping (`sampling.py`: repetition penalty,
+temperature, top-k, top-p, min-p; `nucleus_probs`), `q` the distribution the draft sampled the token
+from, after the same shaping of the draft's logits. Logits passed in are already penalised
+(`Shaping.penalise_rows`), except `typical_prefix`'s, which penalises them itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-from specguard_core.engine.proposer import nucleus_probs
+from specguard_core.engine.sampling import NO_SHAPING, Shaping, nucleus_probs, warp_logits
 
 
 def accepted_prefix(target_logits: torch.Tensor, ids: list[int], q_of_ids: list[float],
-                    temperature: float, top_p: float, generator: torch.Generator) -> int:
+                    temperature: float, top_p: float, generator: torch.Generator,
+                    shaping: Shaping = NO_SHAPING) -> int:
     """`target_logits: [>=T, V]` (row i predicts `ids[i]`), `q_of_ids: [T]` -> kept tokens m <= T."""
     n = len(ids)
     if n == 0:
@@ -29,7 +34,7 @@ def accepted_prefix(target_logits: torch.Tensor, ids: list[int], q_of_ids: list[
     if temperature == 0:
         agree = (target_logits[:n].argmax(-1) == torch.tensor(ids, device=target_logits.device))
         return int(agree.long().cumprod(0).sum())  # one host sync
-    p = nucleus_probs(target_logits[:n], temperature, top_p)  # [T, V]
+    p = nucleus_probs(target_logits[:n], temperature, top_p, shaping)  # [T, V]
     p_x = p.gather(-1, torch.tensor(ids, device=p.device)[:, None])[:, 0]  # [T]
     u = torch.rand(n, generator=generator, device=generator.device).to(p.device)
     q = torch.tensor(q_of_ids, device=p.device).clamp_min(1e-20)
@@ -38,12 +43,13 @@ def accepted_prefix(target_logits: torch.Tensor, ids: list[int], q_of_ids: list[
 
 
 def next_token(target_logits: torch.Tensor, temperature: float, top_p: float,
-               generator: torch.Generator, draft_q: torch.Tensor | None = None) -> int:
+               generator: torch.Generator, draft_q: torch.Tensor | None = None,
+               shaping: Shaping = NO_SHAPING) -> int:
     """The target's token from `target_logits: [V]`; `draft_q: [V]` is the draft's distribution at
     this position when the draft's token here was rejected (sample the residual), else None."""
     if temperature == 0:
         return int(target_logits.argmax())
-    p = nucleus_probs(target_logits, temperature, top_p)  # [V]
+    p = nucleus_probs(target_logits, temperature, top_p, shaping)  # [V]
     if draft_q is not None:
         residual = (p - draft_q.to(p.device)).clamp_min(0.0)
         if float(residual.sum()) > 0:  # p == q leaves nothing: then no token was rejectable
@@ -52,18 +58,26 @@ def next_token(target_logits: torch.Tensor, temperature: float, top_p: float,
     return int(pick[0, 0])
 
 
-def typical_accept(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float) -> bool:
+def typical_accept(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float,
+                   shaping: Shaping = NO_SHAPING, prefix: Sequence[int] = ()) -> bool:
     """`target_logits: [>=T, V]` (row i predicts `ids[i]`): every token passes
-    p >= min(eps, delta * exp(-H)) under the target's raw (temperature-1) distribution."""
-    return typical_prefix(target_logits, ids, eps, delta) == len(ids)
+    p >= min(eps, delta * exp(-H)) under the target's temperature-1 distribution after the
+    request's repetition penalty (for `prefix + ids[:i]`), top-k and min-p (raw without them)."""
+    return typical_prefix(target_logits, ids, eps, delta, shaping, prefix) == len(ids)
 
 
-def typical_prefix(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float) -> int:
-    """How many leading tokens of `ids` pass the typical-acceptance bound (all: `len(ids)`)."""
+def typical_prefix(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float,
+                   shaping: Shaping = NO_SHAPING, prefix: Sequence[int] = ()) -> int:
+    """How many leading tokens of `ids` pass the typical-acceptance bound (all: `len(ids)`);
+    see `typical_accept`."""
     if not ids:
         return 0
-    logp = torch.log_softmax(target_logits[: len(ids)].float(), dim=-1)  # [T, V]
-    entropy = -(logp.exp() * logp).sum(-1)  # [T]
+    rows = shaping.penalise_rows(target_logits[: len(ids)].float(), prefix, ids)  # [T, V]
+    logp = torch.log_softmax(warp_logits(rows, shaping), dim=-1)  # [T, V]
+    plogp = logp.exp() * logp  # [T, V]
+    if shaping.top_k > 0 or shaping.min_p > 0:  # tokens they cut: 0 log 0 = 0
+        plogp = plogp.masked_fill(logp.isneginf(), 0.0)
+    entropy = -plogp.sum(-1)  # [T]
     p_x = logp.gather(-1, torch.tensor(ids, device=logp.device)[:, None])[:, 0].exp()  # [T]
     bound = torch.minimum(torch.full_like(entropy, eps), delta * torch.exp(-entropy))
     return int((p_x >= bound).long().cumprod(0).sum())  # one host sync

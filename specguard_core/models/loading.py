@@ -153,18 +153,44 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
 
 
 def load_engine(cls: Any, draft: str, target: str, *, device: str = "auto",
-                dtype: str | torch.dtype = "auto", device_map: Any = None,
+                dtype: str | torch.dtype = "auto", draft_device: str | None = None,
+                target_device: str | None = None, draft_dtype: str | torch.dtype | None = None,
+                target_dtype: str | torch.dtype | None = None, device_map: Any = None,
                 max_memory: dict[Any, Any] | None = None, revision: str | None = None,
                 trust_remote_code: bool = False, quantization_config: Any = None,
                 config: SpecGuardConfig | None = None, engine_config: EngineConfig | None = None,
                 preset: str | None = None, progress: bool = True) -> Any:
-    """Both models with the same loader options (see `load_model`)."""
+    """Both models with the same loader options (see `load_model`), except that `draft_device` /
+    `target_device` and `draft_dtype` / `target_dtype` override `device` / `dtype` for one model
+    (e.g. a float32 draft on the CPU beside a bfloat16 target on the GPU). Every device and dtype
+    is checked before either model loads; a bad one is a ValueError naming the option."""
     cfg = config or (make_preset(preset) if preset else SpecGuardConfig())
+    placement = {role: per_model(role, device, dtype, own_device, own_dtype)
+                 for role, own_device, own_dtype in (("draft", draft_device, draft_dtype),
+                                                     ("target", target_device, target_dtype))}
     options: dict[str, Any] = dict(
-        device=device, dtype=dtype, device_map=device_map, max_memory=max_memory,
-        revision=revision, trust_remote_code=trust_remote_code,
-        quantization_config=quantization_config, progress=progress)
-    d_model, d_tok = load_model(draft, **options)
-    t_model, t_tok = load_model(target, **options)
+        device_map=device_map, max_memory=max_memory, revision=revision,
+        trust_remote_code=trust_remote_code, quantization_config=quantization_config,
+        progress=progress)
+    d_model, d_tok = load_model(draft, **placement["draft"], **options)
+    t_model, t_tok = load_model(target, **placement["target"], **options)
     return cls(d_model, d_tok, t_model, t_tok, config=cfg, engine_config=engine_config,
                name=f"specguard:{Path(draft).name}+{Path(target).name}")
+
+
+def per_model(role: str, device: str, dtype: str | torch.dtype, own_device: str | None,
+              own_dtype: str | torch.dtype | None) -> dict[str, Any]:
+    """`{"device": ..., "dtype": ...}` for the `role` model: its own option where given, else the
+    shared one; both checked now (ValueError naming `<role>_device` / `<role>_dtype` when the
+    model's own option is the bad one)."""
+    chosen_device = device if own_device is None else own_device
+    chosen_dtype = dtype if own_dtype is None else own_dtype
+    for name, own, check in (("device", own_device, lambda: resolve_device(chosen_device)),
+                             ("dtype", own_dtype, lambda: _dtype(chosen_dtype))):
+        try:
+            check()
+        except ValueError as err:
+            if own is None:
+                raise
+            raise ValueError(f"{role}_{name}={own!r}: {err}") from None
+    return {"device": chosen_device, "dtype": chosen_dtype}

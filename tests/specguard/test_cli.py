@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from specguard.cli import main
 
@@ -117,3 +118,29 @@ def test_loader_flags_reach_the_loader(pair_dirs: tuple[Path, Path],
         "device_map": "cpu", "max_memory": {"cpu": "4GiB"}, "revision": "main",
         "trust_remote_code": False}
     assert default["trust_remote_code"] is False and default["quantization_config"] is None
+
+
+def test_per_model_dtype_flags(pair_dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    from specguard_core import SpecGuardEngine
+
+    engines: list[SpecGuardEngine] = []
+    real = SpecGuardEngine.from_pretrained
+
+    def spy(draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
+        engines.append(real(draft, target, **kwargs))
+        return engines[-1]
+
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained", spy)
+    draft, target = pair_dirs
+    assert main(["run", "Hi", "--draft", str(draft), "--target", str(target), "--dtype",
+                 "float32", "--target-dtype", "bfloat16", "--device", "cpu",
+                 "--target-device", "cpu", "--max-new-tokens", "3", "--json"]) == 0
+    (engine,) = engines
+    assert engine.draft.model.dtype == torch.float32
+    assert engine.target.model.dtype == torch.bfloat16
+    assert main(["run", "Hi", "--draft", str(draft), "--target", str(target),
+                 "--draft-device", "gpu"]) == 2
+    err = capsys.readouterr().err
+    assert "draft_device='gpu': unknown device 'gpu' (did you mean cuda?)" in err
+    assert "Traceback" not in err and len(engines) == 1  # refused before loading

@@ -85,10 +85,63 @@ def test_no_bare_call_while_a_response_format_is_active() -> None:
 
 # ---- item 2: no constructor argument is dropped -------------------------------------------------
 def test_unknown_constructor_arguments_are_errors_naming_the_valid_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown argument\(s\) \['top_k'\].*max_tokens"):
-        ChatSpecGuard(top_k=5)
+    with pytest.raises(ValueError, match=r"unknown argument\(s\) \['top_a'\].*max_tokens"):
+        ChatSpecGuard(top_a=5)
     with pytest.raises(ValueError, match=r"fallback: pass config=SpecGuardConfig"):
         ChatSpecGuard(fallback="sample")
+
+
+def test_sampling_knobs_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """top_k, min_p, repetition_penalty: constructor fields and per-call keywords (issue 16,
+    self-hosting); a bad value fails at construction with the field named."""
+    engine = scripted_engine(lambda p: "Hi.", config=CFG)
+    seen: list[SpecGuardConfig] = []
+    real_stream = engine.stream
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["config"])
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "stream", spy)
+    model = ChatSpecGuard(engine=engine, top_k=40, min_p=0.05, repetition_penalty=1.1)
+    model.invoke("Hello")
+    model.invoke("Hello", top_k=3, repetition_penalty=1.3)
+    assert [(c.top_k, c.min_p, c.repetition_penalty) for c in seen] == [(40, 0.05, 1.1),
+                                                                          (3, 0.05, 1.3)]
+    assert ChatSpecGuard(engine=engine)._config(engine, {}).repetition_penalty == 1.0
+    with pytest.raises(ValueError, match="min_p"):
+        ChatSpecGuard(engine=engine, min_p=2.0)
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        ChatSpecGuard(engine=engine, repetition_penalty=0)
+
+
+def test_logprobs_in_chat_openais_metadata_shape() -> None:
+    engine = scripted_engine(lambda p: "First.\n\nThe answer is 42.", config=CFG)
+    plain = ChatSpecGuard(engine=engine)
+    assert "logprobs" not in plain.invoke("Hello").response_metadata
+    for model in (ChatSpecGuard(engine=engine, logprobs=True), plain.bind(logprobs=True)):
+        message = model.invoke("Hello")
+        content = message.response_metadata["logprobs"]["content"]
+        assert "".join(t["token"] for t in content).strip() == message.content
+        assert all(t["logprob"] <= 0 and t["top_logprobs"] == [] for t in content)
+    chunks = list(plain.stream("Hello", logprobs=True))
+    assert chunks[-1].response_metadata["logprobs"]["content"] == content
+    result = engine.generate("Hello")
+    assert [t["logprob"] for t in content] == [  # each step's own values, answer tokens only
+        lp for s in result.steps for tok, lp in zip(s.token_ids, s.token_logprobs, strict=True)
+        if tok not in engine.target.eos_ids]
+
+
+def test_api_key_is_accepted_and_ignored_base_url_is_refused() -> None:
+    """Code written for ChatOpenAI-like models switches by changing the class (issue 16 item 3)."""
+    engine = scripted_engine(lambda p: "Hi.", config=CFG)
+    model = ChatSpecGuard(engine=engine, api_key="sk-secret-123")
+    assert model.invoke("Hello").content == "Hi."
+    assert "sk-secret-123" not in repr(model) and "api_key" not in model.model_dump()
+    with pytest.raises(ValueError, match=r"\['base_url'\].*ChatOpenAI"):
+        ChatSpecGuard(engine=engine, base_url="http://127.0.0.1:8000/v1")
+    with pytest.raises(ValueError, match=r"unknown argument\(s\) \['api_secret'\]"):
+        ChatSpecGuard(engine=engine, api_secret="x")
 
 
 def test_renamed_arguments_warn_and_still_apply(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,16 +169,28 @@ def test_draft_target_and_loader_options_reach_the_loader(monkeypatch: pytest.Mo
         warnings.simplefilter("error")  # the current names warn about nothing
         model = ChatSpecGuard(draft="org/d", target="org/t", device_map="auto",
                               max_memory={0: "10GiB"}, revision="main", dtype="bfloat16",
-                              preset="paper")
+                              preset="paper", draft_dtype="float32", draft_device="cpu")
     assert model.model == "org/t" and model.target == "org/t" and seen == []
     model.invoke("Hello")
     ((draft, target, kwargs),) = seen
     assert (draft, target) == ("org/d", "org/t")
     assert {k: kwargs[k] for k in ("device_map", "max_memory", "revision", "dtype",
-                                   "trust_remote_code")} == {
+                                   "trust_remote_code", "draft_dtype", "draft_device",
+                                   "target_dtype", "target_device")} == {
         "device_map": "auto", "max_memory": {0: "10GiB"}, "revision": "main",
-        "dtype": "bfloat16", "trust_remote_code": False}
+        "dtype": "bfloat16", "trust_remote_code": False, "draft_dtype": "float32",
+        "draft_device": "cpu", "target_dtype": None, "target_device": None}
     assert kwargs["config"].k == 16  # the preset
+
+
+@pytest.mark.parametrize(("option", "needle"), [
+    (dict(target_dtype="bf16"), "target_dtype='bf16': unknown dtype"),
+    (dict(draft_device="gpu"), "draft_device='gpu': unknown device 'gpu' (did you mean cuda?)"),
+])
+def test_a_bad_per_model_option_fails_at_construction(option: dict[str, Any], needle: str
+                                                      ) -> None:
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        ChatSpecGuard(draft="org/d", target="org/t", **option)
 
 
 def test_preset_applies_to_an_injected_engine_too() -> None:

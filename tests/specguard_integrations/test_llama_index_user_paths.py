@@ -138,10 +138,30 @@ def test_knobs_and_presets_reach_the_engine_as_one_config(monkeypatch: pytest.Mo
     assert llm.metadata.num_output == 5
 
 
+def test_sampling_knobs_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """top_k, min_p, repetition_penalty as fields and per-call options; bad values fail early."""
+    engine = scripted_engine(lambda p: "Hi.", config=CFG)
+    seen: list[SpecGuardConfig] = []
+    real_stream = engine.stream
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["config"])
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "stream", spy)
+    llm = SpecGuardLLM(engine=engine, top_k=40, min_p=0.05, repetition_penalty=1.1)
+    llm.chat([ChatMessage(role="user", content="Hello")])
+    llm.complete("Hello", top_k=3, repetition_penalty=1.3)
+    assert [(c.top_k, c.min_p, c.repetition_penalty) for c in seen] == [(40, 0.05, 1.1),
+                                                                          (3, 0.05, 1.3)]
+    with pytest.raises(ValueError, match="min_p"):
+        SpecGuardLLM(engine=engine, min_p=2.0)
+
+
 def test_unknown_and_renamed_arguments() -> None:
     engine = scripted_engine(lambda p: "Hi.", config=CFG)
-    with pytest.raises(ValueError, match=r"unknown argument\(s\) \['top_k'\].*max_tokens"):
-        SpecGuardLLM(engine=engine, top_k=3)
+    with pytest.raises(ValueError, match=r"unknown argument\(s\) \['top_a'\].*max_tokens"):
+        SpecGuardLLM(engine=engine, top_a=3)
     with pytest.warns(DeprecationWarning, match="generate_kwargs"):
         llm = SpecGuardLLM(engine=engine, generate_kwargs={"max_step_tokens": 9})
     assert llm._config(engine, {}).max_step_tokens == 9
@@ -160,14 +180,18 @@ def test_loader_options_reach_the_loader(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(SpecGuardEngine, "from_pretrained", classmethod(fake))
     llm = SpecGuardLLM(draft="org/d", target="org/t", device_map="auto", revision="v1",
-                       quantization_config={"load_in_4bit": True}, trust_remote_code=True)
+                       quantization_config={"load_in_4bit": True}, trust_remote_code=True,
+                       target_dtype="bfloat16", draft_device="cpu")
     assert seen == []
     assert llm.complete("Hello").text == "Hi."
     (kw,) = seen
     assert {k: kw[k] for k in ("draft", "target", "device_map", "revision", "quantization_config",
-                               "trust_remote_code")} == {
+                               "trust_remote_code", "target_dtype", "draft_device")} == {
         "draft": "org/d", "target": "org/t", "device_map": "auto", "revision": "v1",
-        "quantization_config": {"load_in_4bit": True}, "trust_remote_code": True}
+        "quantization_config": {"load_in_4bit": True}, "trust_remote_code": True,
+        "target_dtype": "bfloat16", "draft_device": "cpu"}
+    with pytest.raises(ValueError, match=re.escape("draft_dtype='fp32': unknown dtype")):
+        SpecGuardLLM(draft="org/d", target="org/t", draft_dtype="fp32")
 
 
 def test_step_traces_use_the_one_schema() -> None:

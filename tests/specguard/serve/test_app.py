@@ -218,6 +218,75 @@ def test_completions(base: str) -> None:
     assert events[-2]["usage"]["total_tokens"] == body["usage"]["total_tokens"]
 
 
+# ---- n choices and vLLM's sampling parameters ----------------------------------------------------
+@pytest.fixture
+def spied(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, list[Any]]]:
+    """A server over its own scripted engine whose every `engine.stream` config is recorded."""
+    engine = scripted_engine(reply)
+    app = create_app(engine)
+    seen: list[Any] = []
+    real_stream = engine.stream
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["config"])
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "stream", spy)
+    with live_server(app) as url:
+        yield url, seen
+
+
+def test_n_choices_are_runs_with_consecutive_seeds(spied: tuple[str, list[Any]]) -> None:
+    base, seen = spied
+    one = chat(base, temperature=0).json()
+    body = chat(base, n=3, seed=7, temperature=0).json()
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2]
+    assert all(c["message"]["content"] == ANSWER for c in body["choices"])  # greedy: the same
+    assert [c.seed for c in seen[1:]] == [7, 8, 9]
+    assert body["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]  # counted once
+    assert body["usage"]["completion_tokens"] == 3 * one["usage"]["completion_tokens"]
+    assert [len(t["steps"]) for t in body["specguard"]["choices"]] == [3, 3, 3]
+    text = httpx.post(f"{base}/v1/completions", json={"model": "specguard-scripted", "n": 2,
+                                                      "prompt": "q"}, timeout=30).json()
+    assert [(c["index"], c["text"]) for c in text["choices"]] == [(0, ANSWER), (1, ANSWER)]
+    events = stream_events(base, n=2, messages=[{"role": "user", "content": "q"}],
+                           stream_options={"include_usage": True})
+    chunks = [c for c in events[:-1] if c["choices"]]
+    for index in (0, 1):
+        mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == index]
+        assert mine[0]["delta"] == {"role": "assistant", "content": ""}
+        assert "".join(c["delta"].get("content", "") for c in mine) == ANSWER
+        assert mine[-1]["finish_reason"] == "stop"
+    assert events[-2]["usage"]["completion_tokens"] == 2 * one["usage"]["completion_tokens"]
+    assert health(base)["queued"] == 0 and health(base)["running"] == 0
+
+
+def test_vllm_sampling_parameters_reach_the_engine(spied: tuple[str, list[Any]]) -> None:
+    base, seen = spied
+    r = chat(base, top_k=20, min_p=0.05, repetition_penalty=1.2)
+    assert r.status_code == 200, r.text
+    assert (seen[-1].top_k, seen[-1].min_p, seen[-1].repetition_penalty) == (20, 0.05, 1.2)
+    chat(base, top_k=-1)  # vLLM's "all tokens"
+    assert seen[-1].top_k == 0
+
+
+def test_logprobs_of_the_answer_tokens(base: str) -> None:
+    body = chat(base, logprobs=True, n=2).json()
+    for choice in body["choices"]:
+        content = choice["logprobs"]["content"]
+        assert "".join(t["token"] for t in content).strip() == choice["message"]["content"]
+        assert all(t["logprob"] <= 0 and t["top_logprobs"] == [] for t in content)
+        assert all(bytes(t["bytes"]).decode() == t["token"] for t in content)
+        assert len(content) == body["usage"]["completion_tokens"] // 2 - 1  # all but the EOS
+    cut = chat(base, logprobs=True, stop=["multiply"]).json()["choices"][0]
+    text = "".join(t["token"] for t in cut["logprobs"]["content"])
+    assert text.startswith(cut["message"]["content"]) and "by 6" not in text
+    assert chat(base).json()["choices"][0]["logprobs"] is None
+    r = httpx.post(f"{base}/v1/completions", json={"model": "specguard-scripted", "prompt": "q",
+                                                   "logprobs": 1}, timeout=30)
+    assert "chat/completions" in error_of(r, 400)["message"]
+
+
 # ---- errors ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("body", "param", "needle"), [
     ({"messages": []}, None, "messages is empty"),
@@ -225,8 +294,14 @@ def test_completions(base: str) -> None:
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]},
      None, "invalid JSON schema"),
     ({"tools": [{"type": "retrieval"}]}, None, "not an OpenAI-style function tool"),
-    ({"n": 2}, "n", "n > 1"),
-    ({"logprobs": True}, "logprobs", "logprobs"),
+    ({"n": 0}, "n", "greater than or equal to 1"),
+    ({"n": 17}, "n", "less than or equal to 16"),
+    ({"top_k": -5}, None, "top_k"),
+    ({"min_p": 1.5}, None, "min_p"),
+    ({"repetition_penalty": 0}, None, "repetition_penalty"),
+    ({"logprobs": True, "stream": True}, "logprobs", "without stream"),
+    ({"logprobs": 3}, "logprobs", "logprobs=true"),
+    ({"logprobs": True, "top_logprobs": 2}, "top_logprobs", "top_logprobs"),
     ({"presence_penalty": 0.5}, "presence_penalty", "presence_penalty"),
     ({"functions": [{"name": "f"}]}, "functions", "tools="),
     ({"temperature": 3}, "temperature", "less than or equal to 2"),

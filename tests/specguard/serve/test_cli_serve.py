@@ -81,7 +81,7 @@ def test_serve_runs_with_its_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     argv = ["serve", "--draft", "d", "--target", "t", "--port", str(port), "--api-key", "k1",
             "--served-model-name", "sg", "--set", "k=1", "--set", "temperature=0",
             "--max-concurrent", "2", "--max-queue", "3", "--device", "cpu", "--log-level",
-            "warning"]
+            "warning", "--target-dtype", "bfloat16", "--draft-device", "cpu", "--revision", "v1"]
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(main(argv)), daemon=True)
     thread.start()
@@ -103,3 +103,6 @@ def test_serve_runs_with_its_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result == [0]
     assert (seen["draft"], seen["target"], seen["device"]) == ("d", "t", "cpu")
     assert (seen["config"].k, seen["config"].temperature) == (1, 0.0)
+    # the loader flags `specguard run` has, per-model device/dtype included
+    assert (seen["target_dtype"], seen["draft_device"], seen["draft_dtype"], seen["revision"]) == (
+        "bfloat16", "cpu", None, "v1")

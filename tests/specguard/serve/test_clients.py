@@ -100,12 +100,26 @@ def test_openai_completions(client: Any) -> None:
     assert out.choices[0].text == ANSWER
 
 
+def test_openai_n_choices_and_vllm_extra_body(client: Any) -> None:
+    out = client.chat.completions.create(
+        model=MODEL, n=2, temperature=0, messages=[{"role": "user", "content": "(3 + 4) * 6?"}],
+        extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.0})
+    assert [(c.index, c.message.content) for c in out.choices] == [(0, ANSWER), (1, ANSWER)]
+    scored = client.chat.completions.create(model=MODEL, logprobs=True,
+                                            messages=[{"role": "user", "content": "(3 + 4) * 6?"}])
+    tokens = scored.choices[0].logprobs.content
+    assert "".join(t.token for t in tokens).strip() == ANSWER and tokens[0].logprob <= 0
+
+
 def test_openai_errors_map_to_sdk_exceptions(base: str, client: Any) -> None:
     with pytest.raises(openai.BadRequestError) as bad:
         client.chat.completions.create(model=MODEL, messages=[])
     assert "messages is empty" in bad.value.message
-    with pytest.raises(openai.BadRequestError, match="n > 1"):
-        client.chat.completions.create(model=MODEL, n=3, messages=[{"role": "user", "content": "q"}])
+    with pytest.raises(openai.BadRequestError, match="less than or equal to 16"):
+        client.chat.completions.create(model=MODEL, n=17, messages=[{"role": "user", "content": "q"}])
+    with pytest.raises(openai.BadRequestError, match="top_logprobs"):
+        client.chat.completions.create(model=MODEL, logprobs=True, top_logprobs=3,
+                                       messages=[{"role": "user", "content": "q"}])
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "q"}])
     stranger = openai.OpenAI(base_url=base, api_key="sk-wrong", max_retries=0)

@@ -107,3 +107,77 @@ def test_old_fallbacks_still_selectable(engine: SpecGuardEngine) -> None:
     assert all(s.path == "regenerated" for s in greedy.steps)
     assert greedy.stats.target.tentative == 0
     assert all_ids(greedy) == reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
+
+
+def _penalised_reference(model: Any, prompt: list[int], n: int, penalty: float) -> list[int]:
+    import torch
+
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
+                         repetition_penalty=penalty)
+    return list(out[0, len(prompt):].tolist())
+
+
+@pytest.mark.parametrize("fallback", ["greedy", "speculative"])
+def test_repetition_penalty_matches_target_generate(engine: SpecGuardEngine, fallback: str) -> None:
+    """tau=+inf, greedy, repetition_penalty: token for token what `target.generate(...,
+    do_sample=False, repetition_penalty=...)` writes, through the regenerate fallback and through
+    the speculative fallback's greedy comparison (the draft proposes with the penalty too)."""
+    prompt = engine.prompt_ids(QUESTION)
+    want = _penalised_reference(engine.target.model, prompt, 48, 1.5)
+    assert want != reference(engine.target.model, prompt, 48)  # the penalty changes the output
+    result = engine.generate(QUESTION, tau=math.inf, fallback=fallback, repetition_penalty=1.5)
+    assert all_ids(result) == want
+    kept = engine.generate(QUESTION, tau=-math.inf, repetition_penalty=1.5)  # the draft's steps
+    assert all_ids(kept) == _penalised_reference(engine.draft.model, prompt, 48, 1.5)
+
+
+@pytest.mark.parametrize("knob", [dict(top_k=1), dict(min_p=1.0)])
+def test_a_one_token_support_samples_greedily_on_every_path(engine: SpecGuardEngine,
+                                                           knob: dict[str, Any]) -> None:
+    """top_k=1 (or min_p=1) at temperature 1 leaves only the argmax: the draft's proposals, the
+    sampled regeneration and speculative sampling all reproduce the models' greedy output."""
+    prompt = engine.prompt_ids(QUESTION)
+    hot = dict(temperature=1.0, top_p=1.0, **knob)
+    assert all_ids(engine.generate(QUESTION, tau=-math.inf, **hot)) == \
+        reference(engine.draft.model, prompt, 48)
+    target = reference(engine.target.model, prompt, 48)
+    assert all_ids(engine.generate(QUESTION, tau=math.inf, fallback="sample", fallback_k=2,
+                                   **hot)) == target
+    assert all_ids(engine.generate(QUESTION, tau=math.inf, fallback="speculative", **hot)) == target
+    unshaped = engine.generate(QUESTION, tau=-math.inf, temperature=1.0, top_p=1.0)
+    assert all_ids(unshaped) != reference(engine.draft.model, prompt, 48)  # the knob did it
+
+
+def _reference_logprobs(model: Any, prompt: list[int], ids: list[int]) -> list[float]:
+    """Each of `ids`' raw log-probability under `model`, from one full forward pass."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0].float()  # [P+T, V]
+    rows = torch.log_softmax(logits[len(prompt) - 1: len(prompt) - 1 + len(ids)], dim=-1)
+    return rows.gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
+
+
+@pytest.mark.parametrize("fallback", ["greedy", "speculative"])
+def test_token_logprobs_come_from_the_model_that_wrote_each_token(engine: SpecGuardEngine,
+                                                                  fallback: str) -> None:
+    prompt = engine.prompt_ids(QUESTION)
+    kept = engine.generate(QUESTION, tau=-math.inf)
+    ids = all_ids(kept)
+    got = [lp for s in kept.steps for lp in s.token_logprobs]
+    assert got == pytest.approx(_reference_logprobs(engine.draft.model, prompt, ids), abs=1e-4)
+    out = engine.generate(QUESTION, tau=math.inf, fallback=fallback, repetition_penalty=1.3)
+    ids = all_ids(out)
+    got = [lp for s in out.steps for lp in s.token_logprobs]
+    assert len(got) == len(ids) and all(lp is not None for lp in got)
+    target = _reference_logprobs(engine.target.model, prompt, ids)
+    draft = _reference_logprobs(engine.draft.model, prompt, ids)
+    by_target = [abs(g - t) < 1e-4 for g, t in zip(got, target, strict=True)]
+    by_draft = [abs(g - d) < 1e-4 for g, d in zip(got, draft, strict=True)]
+    assert all(t or d for t, d in zip(by_target, by_draft, strict=True))
+    written = sum(s.draft_written for s in out.steps)
+    assert sum(d and not t for t, d in zip(by_target, by_draft, strict=True)) <= written
+    if fallback == "greedy":
+        assert all(by_target)  # the target wrote every token
+    else:
+        assert 0 < written and not all(by_target)  # kept draft tokens carry the draft's

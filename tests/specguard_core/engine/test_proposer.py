@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specguard_core.engine.proposer import nucleus_probs, sample_tokens, sample_with_probs
+from specguard_core.engine.sampling import nucleus_probs, sample_tokens, sample_with_probs
 from tests.specguard_core.engine.stats_helpers import chi_square_p
 
 
