@@ -12,7 +12,9 @@ One vocabulary for `ChatSpecGuard` and `SpecGuardLLM`:
   `timeout`, and SpecGuard's `k`, `tau`, `beta`, `max_steps`;
 - loader options (used only when the adapter loads the pair): `device`, `dtype`, `device_map`,
   `max_memory`, `revision`, `trust_remote_code` (False unless you opt in), `quantization_config`,
-  `engine_config`.
+  `engine_config`;
+- a target on a vLLM server: `target="http://HOST:PORT/v1"` with `target_model` (the served
+  name), and optionally `target_tokenizer`, `target_timeout`, `target_api_key`.
 
 An unknown constructor argument is an error that names the valid ones; renamed arguments
 (`draft_model`, `max_new_tokens`, `model_kwargs`, `generate_kwargs`) still work with a
@@ -32,7 +34,8 @@ from specguard_core.models.registry import resolve
 
 KNOBS = ("temperature", "max_tokens", "top_p", "stop", "seed", "k", "tau", "beta", "max_steps")
 LOADER_OPTIONS = ("device", "dtype", "device_map", "max_memory", "revision", "trust_remote_code",
-                  "quantization_config", "engine_config")
+                  "quantization_config", "engine_config", "target_model", "target_tokenizer",
+                  "target_timeout", "target_api_key")
 # deprecated name -> its replacement ("config": a dict of SpecGuardConfig overrides)
 RENAMED = {"draft_model": "draft", "max_new_tokens": "max_tokens",
            "model_kwargs": "config", "generate_kwargs": "config"}
@@ -114,6 +117,20 @@ def load_pair(draft: str, target: str, config: SpecGuardConfig, options: Mapping
     engine_config: EngineConfig | None = opts.pop("engine_config", None)
     return SpecGuardEngine.from_pretrained(draft, target, config=config,
                                            engine_config=engine_config, **opts)
+
+
+def is_url(ref: str | None) -> bool:
+    """Whether a target reference is a served model's URL (http://HOST:PORT/v1)."""
+    return bool(ref) and str(ref).startswith(("http://", "https://"))
+
+
+def tokenizer_refs(target: str, draft: str, target_tokenizer: str | None = None,
+                   target_model: str | None = None) -> list[str]:
+    """Where the target's tokenizer is read from, in order: the target itself, or for a served
+    target its `target_tokenizer`, its served name, then the draft's (the loader's order)."""
+    if not is_url(target):
+        return [target]
+    return [r for r in (target_tokenizer, target_model, draft) if r]
 
 
 def local_folder(ref: str) -> Path | None:

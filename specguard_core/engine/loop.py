@@ -104,11 +104,12 @@ class SpecGuardEngine:
         from specguard_core.engine.remote_load import REMOTE_OPTIONS, is_url, load_remote_engine
         from specguard_core.models.loading import load_engine
 
+        remote = {k: v for k in REMOTE_OPTIONS if (v := kwargs.pop(k, None)) is not None}
         if is_url(target):
-            return load_remote_engine(cls, draft, target, **kwargs)
-        if misplaced := sorted(set(kwargs) & set(REMOTE_OPTIONS)):
-            raise ValueError(f"{', '.join(misplaced)} applies to a target served over HTTP; pass "
-                             f"target='http://HOST:PORT/v1' (got target={target!r})")
+            return load_remote_engine(cls, draft, target, **remote, **kwargs)
+        if remote:
+            raise ValueError(f"{', '.join(sorted(remote))} applies to a target served over HTTP; "
+                             f"pass target='http://HOST:PORT/v1' (got target={target!r})")
         return load_engine(cls, draft, target, **kwargs)
 
     @property

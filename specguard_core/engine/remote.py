@@ -39,8 +39,9 @@ _PLAIN = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty
           "top_k": 0, "min_p": 0.0}
 
 
-class RemoteTargetError(RuntimeError):
-    """The target server could not be used; the message names the server and what to do."""
+class RemoteTargetError(ConnectionError):
+    """The target server could not be used; the message names the server and what to do. (A
+    ConnectionError, so an OSError: the CLI prints it as one line.)"""
 
 
 class RemoteTarget:
@@ -80,21 +81,28 @@ class RemoteTarget:
         and check it tokenizes as `tokenizer` does (`/tokenize` on a probe string). `model=None`
         takes the one model served. Keywords: those of the constructor but `context_window`."""
         target = cls(url, model or "", tokenizer, context_window=0, **kwargs)
-        listed = target._request("GET", f"{target.url}/models", None, "list its models")
+        try:
+            target._check_model(model)
+            target.check_tokenizer()
+        except BaseException:
+            target.close()
+            raise
+        return target
+
+    def _check_model(self, model: str | None) -> None:
+        """Take `model` (or the one model served) and its `max_model_len` from `/v1/models`."""
+        listed = self._request("GET", f"{self.url}/models", None, "list its models")
         served = {str(m.get("id")): m for m in listed.get("data", []) if isinstance(m, dict)}
         if model is None and len(served) == 1:
             model = next(iter(served))
         if model not in served:
-            target.close()
-            raise RemoteTargetError(f"the server at {target.url} serves {sorted(served)}, not "
+            raise RemoteTargetError(f"the server at {self.url} serves {sorted(served)}, not "
                                     f"{model!r}; pass target_model= (CLI: --target-model) with "
                                     "one of those names")
-        target.model_name, target.name = model, f"{model}@{target.url}"
+        self.model_name, self.name = model, f"{model}@{self.url}"
         window = served[model].get("max_model_len")
-        target.context_window = int(window) if isinstance(window, int) else \
-            int(getattr(tokenizer, "model_max_length", 0) or 0)
-        target.check_tokenizer()
-        return target
+        self.context_window = int(window) if isinstance(window, int) else \
+            int(getattr(self.tokenizer, "model_max_length", 0) or 0)
 
     def check_tokenizer(self) -> None:
         """Raise RemoteTargetError if the server tokenizes `PROBE` differently from the local
@@ -121,12 +129,6 @@ class RemoteTarget:
             state.ids.extend(ids)
             state.counters.prefilled += len(ids)
             state.logits = None
-
-    def next_logits(self, state: CacheState) -> torch.Tensor:
-        if state.pending or state.logits is None:
-            self.try_tokens(state, []).keep(0)
-        assert state.logits is not None
-        return state.logits
 
     def try_tokens(self, state: CacheState, ids: list[int], *,
                    recorder: AttentionRecorder | None = None,

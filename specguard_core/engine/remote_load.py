@@ -29,43 +29,58 @@ def load_remote_engine(cls: Any, draft: str, target_url: str, *, target_model: s
                        **options: Any) -> Any:
     """The draft loaded here (`options`: `load_model`'s) and the target served at `target_url`.
 
-    The target's tokenizer is read locally, never from the hub: `target_tokenizer` (a folder or
-    cached name), else the served model's name when it names a local model, else the draft's
-    own; `RemoteTarget.connect` then checks that the server tokenizes as it does."""
-    from transformers import AutoTokenizer, GenerationConfig
-
+    The target's tokenizer is read from local files, never from the hub: `target_tokenizer` (a
+    folder or cached name), else the served model's name when it names a local model, else the
+    draft's own. The server is asked first (`RemoteTarget.connect` checks that it serves
+    `target_model` and tokenizes as that tokenizer does), so a wrong URL fails before the draft's
+    weights load."""
     from specguard_core.config import preset as make_preset
     from specguard_core.models.loading import load_model
-    from specguard_core.models.registry import resolve
 
     cfg = config or (make_preset(preset) if preset else SpecGuardConfig())
-    d_model, d_tok = load_model(draft, **options)
-    tokenizer, folder = d_tok, None
-    for ref in (target_tokenizer, target_model):
-        if ref is None:
-            continue
-        try:
-            folder = resolve(ref)
-            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True,
-                                                      trust_remote_code=False)
-            break
-        except (OSError, ValueError) as err:
-            if ref == target_tokenizer:
-                raise OSError(f"target_tokenizer {ref!r} is not available locally ({err}); pass "
-                              "the served model's folder (or `specguard models fetch` it)") from None
-            folder = None
-    try:
-        gen = GenerationConfig.from_pretrained(folder, local_files_only=True) if folder else \
-            d_model.generation_config
-        eos = getattr(gen, "eos_token_id", None)
-    except OSError:
-        eos = None
+    found = _local_tokenizer(target_tokenizer, strict=True) if target_tokenizer else None
+    found = found or _local_tokenizer(target_model) or _local_tokenizer(draft)
+    d_model: Any = None
+    d_tok: Any = None
+    if found is None:  # e.g. a .gguf draft: its tokenizer comes with the model
+        d_model, d_tok = load_model(draft, **options)
+        found = (d_tok, d_model.generation_config)
+    tokenizer, gen = found
+    eos = getattr(gen, "eos_token_id", None)
     eos_ids = [e for e in (eos if isinstance(eos, list) else [eos]) + [tokenizer.eos_token_id]
                if e is not None]
-    same = tokenizer is d_tok or tokenizer.get_vocab() == d_tok.get_vocab()
-    vocab = getattr(d_model.config.get_text_config(), "vocab_size", None) if same else None
     remote = RemoteTarget.connect(target_url, target_model, tokenizer, eos_ids=eos_ids,
-                                  vocab_size=vocab, timeout_s=target_timeout,
-                                  top_logprobs=target_top_logprobs, api_key=target_api_key)
+                                  timeout_s=target_timeout, top_logprobs=target_top_logprobs,
+                                  api_key=target_api_key)
+    if d_model is None:
+        d_model, d_tok = load_model(draft, **options)
+    if d_tok.get_vocab() == tokenizer.get_vocab():  # logits rows as wide as the draft's
+        width = getattr(d_model.config.get_text_config(), "vocab_size", None)
+        remote.vocab_size = max(remote.vocab_size, int(width or 0))
     return cls(d_model, d_tok, remote, config=cfg, engine_config=engine_config,
                name=f"specguard:{Path(draft).name}+{remote.model_name}")
+
+
+def _local_tokenizer(ref: str | None, strict: bool = False) -> tuple[Any, Any] | None:
+    """(tokenizer, generation config or None) from the local files `ref` names, else None (or,
+    when `strict`, an OSError that says what to pass)."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from specguard_core.models.registry import resolve
+
+    if not ref:
+        return None
+    folder = resolve(ref)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True,
+                                                  trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        if strict:
+            raise OSError(f"target_tokenizer {ref!r} is not available locally ({err}); pass the "
+                          "served model's folder (or `specguard models fetch` it)") from None
+        return None
+    try:
+        gen = GenerationConfig.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError):
+        gen = None
+    return tokenizer, gen

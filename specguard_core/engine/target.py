@@ -24,9 +24,10 @@ from specguard_core.engine.proposer import Proposal, SampleSpec, propose
 
 @runtime_checkable
 class Target(Protocol):
-    """The target as the loop and fallbacks use it. State per request lives in a `CacheState`
-    (`ids` committed and encoded, `pending` committed but not yet encoded, `counters`); the
-    contracts are `ModelHandle`'s (see `handle.py`)."""
+    """The target as the loop and fallbacks use it (`commit_row`/`drop_uncommitted` through
+    `TentativePass` and `Proposal`; `tokenizer`/`eos_ids`/`decode` through `StepText`). State per
+    request lives in a `CacheState` (`ids` committed and encoded, `pending` committed but not yet
+    encoded, `counters`); the contracts are `ModelHandle`'s (see `handle.py`)."""
 
     name: str
     tokenizer: Any
@@ -43,8 +44,6 @@ class Target(Protocol):
 
     def extend(self, state: CacheState, ids: list[int]) -> Forward | None: ...
 
-    def next_logits(self, state: CacheState) -> torch.Tensor: ...
-
     def try_tokens(self, state: CacheState, ids: list[int], *,
                    recorder: AttentionRecorder | None = None,
                    hidden: bool = False) -> TentativePass: ...
@@ -53,8 +52,6 @@ class Target(Protocol):
                    logits: torch.Tensor | None) -> None: ...
 
     def drop_uncommitted(self, state: CacheState) -> None: ...
-
-    def rollback(self, state: CacheState, n_tokens: int) -> None: ...
 
     def unwind(self, state: CacheState, n_tokens: int) -> None: ...
 

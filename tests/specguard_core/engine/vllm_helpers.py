@@ -221,3 +221,16 @@ def real_vllm_server(log: Path, startup_s: float = 480.0) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, 9)
                 proc.wait()
+
+
+@contextmanager
+def served_target(target_dir: Path, name: str = "served") -> Iterator[str]:
+    """The model in `target_dir` (float32) behind a `FakeVLLM` on 127.0.0.1; yields its /v1 URL."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.specguard.serve.serve_helpers import live_server
+
+    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
+    fake = FakeVLLM(model, AutoTokenizer.from_pretrained(target_dir), name=name)
+    with live_server(fake.app()) as base:
+        yield f"{base}/v1"
