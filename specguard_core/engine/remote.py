@@ -35,8 +35,9 @@ NEG = -1.0e4  # the logit of a token outside the server's top K (finite: entropy
 PROBE = ("SpecGuard tokenizer probe: Hello, world! 3.14159 == pi; naïve café, 数学, 🙂\n\n"
          "def f(x):\n    return x ** 2  # done\n")
 # sampling settings a server would otherwise take from the model's generation_config.json
+# (top_k=-1: "disabled" in every vLLM release; newer ones also take 0)
 _PLAIN = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
-          "top_k": 0, "min_p": 0.0}
+          "top_k": -1, "min_p": 0.0}
 
 
 class RemoteTargetError(ConnectionError):

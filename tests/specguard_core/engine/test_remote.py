@@ -63,6 +63,26 @@ def test_every_step_rejected_gives_the_in_process_targets_greedy_text(
         assert all(r["prompt_logprobs"] == 20 for r in fake.requests if r["max_tokens"] == 1)
 
 
+def test_sampling_on_the_server_is_seeded_by_the_request(
+        tiny_pair: Any, tiny_server: tuple[FakeVLLM, str]) -> None:
+    """temperature > 0: the k-sample fallback asks for n=k seeded samples (one call), and the
+    speculative fallback samples over the server's top K; the same seed gives the same text."""
+    fake, url = tiny_server
+    _, remote = _engines(tiny_pair, url)
+    sample = {"temperature": 0.9, "top_p": 0.95, "tau": math.inf, "seed": 7}
+    fake.requests.clear()
+    first = remote.generate(QUESTION, fallback="sample", fallback_k=3, **sample)
+    writes = [r for r in fake.requests if r["max_tokens"] > 1 or "stop" in r]
+    assert {s.path for s in first.steps} == {"regenerated"} and first.usage.completion_tokens
+    assert all(r["n"] == 3 and isinstance(r["seed"], int) and r["temperature"] == 0.9
+               and r["repetition_penalty"] == 1.0 for r in writes[:1])
+    assert remote.generate(QUESTION, fallback="sample", fallback_k=3, **sample).raw_text == \
+        first.raw_text
+    spec = remote.generate(QUESTION, fallback="speculative", **sample)
+    assert {s.path for s in spec.steps} == {"target-verified"} and spec.usage.completion_tokens
+    assert remote.generate(QUESTION, fallback="speculative", **sample).raw_text == spec.raw_text
+
+
 def test_every_step_kept_is_the_drafts_text_and_never_asks_the_server(
         tiny_pair: Any, tiny_server: tuple[FakeVLLM, str]) -> None:
     fake, url = tiny_server
