@@ -17,8 +17,15 @@ run() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --ou
 #    every step and the card went to `fast` instead.
 [ "${WITH_CARD:-0}" = 1 ] && run accept0.87-check --set balanced.verifier="$CARD" \
   --set balanced.tau_accept=0.87 --set balanced.tau_reject=-inf
-# 2. every step target-checked (the shipped balanced), next to token-level SD on the same slice
-run check-all --methods token-sd,specguard-balanced
+# From here on N_TUNE=4, pinned to one core with one torch thread (taskset -c 0, OMP_NUM_THREADS=1;
+# other jobs on the other core). Results (benchmarks/results/tune-balanced/, RESULTS.md):
+#   2. 70.5 s/problem, 0.235 s/token; token-sd 80.3 s, 0.257 s/token; both 2/4 (the target's 2/4)
+#   3. 58.9 s, 0.204 s/token, 2/4 (same answers)  <- the balanced preset
+#   4. 67.6 s, 0.227 s/token, 2/4 (the cap made 921 slower: more, shorter failed steps)
+# 2. every step target-checked (Medusa's typical acceptance, eps 0.09 / delta 0.3), next to
+#    token-level SD on the same slice
+run check-all --methods token-sd,specguard-balanced --set balanced.typical_eps=0.09 \
+  --set balanced.typical_delta=0.3
 # 3. a more lenient typical acceptance: more draft steps pass the check whole
 run check-all-eps0.03 --set balanced.typical_eps=0.03 --set balanced.typical_delta=0.1
 # 4. as 3, with draft steps cut at 64 tokens: a step that fails its check wastes less draft work

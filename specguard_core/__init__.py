@@ -22,12 +22,16 @@ _EXPORTS = {
     "ToolCall": "specguard_core.types",
     "GenerationStream": "specguard_core.engine.stream",
     "SpecGuardEngine": "specguard_core.engine.loop",
+    "RemoteTarget": "specguard_core.engine.remote",
+    "RemoteTargetError": "specguard_core.engine.remote",
 }
 __all__ = [
     "EngineConfig",
     "GenerationResult",
     "GenerationStream",
     "NormBounds",
+    "RemoteTarget",
+    "RemoteTargetError",
     "SpecGuardConfig",
     "SpecGuardEngine",
     "StepRecord",
@@ -38,6 +42,7 @@ __all__ = [
 if TYPE_CHECKING:
     from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, preset
     from specguard_core.engine.loop import SpecGuardEngine
+    from specguard_core.engine.remote import RemoteTarget, RemoteTargetError
     from specguard_core.engine.stream import GenerationStream
     from specguard_core.types import GenerationResult, StepRecord, ToolCall
 

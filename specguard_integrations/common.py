@@ -14,7 +14,9 @@ One vocabulary for `ChatSpecGuard` and `SpecGuardLLM`:
 - loader options (used only when the adapter loads the pair): `device`, `dtype` (both models),
   `draft_device`, `target_device`, `draft_dtype`, `target_dtype` (one model; None: the shared
   one), `device_map`, `max_memory`, `revision`, `trust_remote_code` (False unless you opt in),
-  `quantization_config`, `engine_config`.
+  `quantization_config`, `engine_config`;
+- a target on a vLLM server: `target="http://HOST:PORT/v1"` with `target_model` (the served
+  name), and optionally `target_tokenizer`, `target_timeout`, `target_api_key`.
 
 An unknown constructor argument is an error that names the valid ones; renamed arguments
 (`draft_model`, `max_new_tokens`, `model_kwargs`, `generate_kwargs`) still work with a
@@ -36,7 +38,8 @@ KNOBS = ("temperature", "max_tokens", "top_p", "top_k", "min_p", "repetition_pen
          "seed", "k", "tau", "beta", "max_steps")
 LOADER_OPTIONS = ("device", "dtype", "draft_device", "target_device", "draft_dtype",
                   "target_dtype", "device_map", "max_memory", "revision", "trust_remote_code",
-                  "quantization_config", "engine_config")
+                  "quantization_config", "engine_config", "target_model", "target_tokenizer",
+                  "target_timeout", "target_api_key")
 # names of remote-API clients that make no sense in-process: what to do instead
 REMOTE_ONLY = {name: "the models run in this process; to talk to a `specguard serve` server, use "
                "an OpenAI-compatible client (ChatOpenAI / OpenAILike) with that URL"
@@ -124,6 +127,20 @@ def load_pair(draft: str, target: str, config: SpecGuardConfig, options: Mapping
     engine_config: EngineConfig | None = opts.pop("engine_config", None)
     return SpecGuardEngine.from_pretrained(draft, target, config=config,
                                            engine_config=engine_config, **opts)
+
+
+def is_url(ref: str | None) -> bool:
+    """Whether a target reference is a served model's URL (http://HOST:PORT/v1)."""
+    return bool(ref) and str(ref).startswith(("http://", "https://"))
+
+
+def tokenizer_refs(target: str, draft: str, target_tokenizer: str | None = None,
+                   target_model: str | None = None) -> list[str]:
+    """Where the target's tokenizer is read from, in order: the target itself, or for a served
+    target its `target_tokenizer`, its served name, then the draft's (the loader's order)."""
+    if not is_url(target):
+        return [target]
+    return [r for r in (target_tokenizer, target_model, draft) if r]
 
 
 def local_folder(ref: str) -> Path | None:

@@ -48,6 +48,7 @@ from specguard_integrations.common import (
     loader_kwargs,
     profile,
     request_config,
+    tokenizer_refs,
 )
 from specguard_integrations.langchain_convert import (
     Translator,
@@ -175,6 +176,11 @@ class ChatSpecGuard(BaseChatModel):
     trust_remote_code: bool = False
     quantization_config: Any = Field(default=None, exclude=True)
     engine_config: EngineConfig | None = None
+    # a target on a vLLM server: model="http://HOST:PORT/v1" (or target=) and the served name
+    target_model: str | None = None
+    target_tokenizer: str | None = None
+    target_timeout: float | None = None
+    target_api_key: str | None = Field(default=None, exclude=True)
     overrides: dict[str, Any] = Field(default_factory=dict, exclude=True)
     """SpecGuardConfig overrides from the deprecated `model_kwargs=`."""
 
@@ -271,15 +277,21 @@ class ChatSpecGuard(BaseChatModel):
             from transformers import AutoTokenizer
 
             ref = self.model or DEFAULT_TARGET
-            try:
-                self._tokenizer = AutoTokenizer.from_pretrained(
-                    resolve(ref), local_files_only=True, revision=self.revision,
-                    trust_remote_code=self.trust_remote_code)
-            except (OSError, ValueError) as err:
-                raise ValueError(
-                    f"ChatSpecGuard counts tokens with the target's own tokenizer, and {ref!r} is "
-                    "not available locally (it is never fetched for counting). Run `specguard "
-                    "models fetch`, pass a local folder, or pass custom_get_token_ids=") from err
+            refs = tokenizer_refs(ref, self.draft or DEFAULT_DRAFT, self.target_tokenizer,
+                                  self.target_model)
+            for i, name in enumerate(refs):
+                try:
+                    self._tokenizer = AutoTokenizer.from_pretrained(
+                        resolve(name), local_files_only=True, revision=self.revision,
+                        trust_remote_code=self.trust_remote_code)
+                    break
+                except (OSError, ValueError) as err:
+                    if i == len(refs) - 1:
+                        raise ValueError(
+                            f"ChatSpecGuard counts tokens with the target's own tokenizer, and "
+                            f"{name!r} is not available locally (it is never fetched for "
+                            "counting). Run `specguard models fetch`, pass a local folder, or "
+                            "pass custom_get_token_ids=") from err
         return self._tokenizer
 
     def get_token_ids(self, text: str) -> list[int]:

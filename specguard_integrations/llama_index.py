@@ -170,6 +170,14 @@ class SpecGuardLLM(FunctionCallingLLM):
     trust_remote_code: bool = Field(default=False, description="run a model folder's own code")
     quantization_config: Any = Field(default=None, exclude=True)
     engine_config: EngineConfig | None = Field(default=None)
+    # a target on a vLLM server: target="http://HOST:PORT/v1" and the served name
+    target_model: str | None = Field(default=None, description="served model name at a target URL")
+    target_tokenizer: str | None = Field(default=None, description="local tokenizer of a served "
+                                         "target (default: its served name if cached, else the "
+                                         "draft's)")
+    target_timeout: float | None = Field(default=None, gt=0, description="seconds per answer of "
+                                         "the target server")
+    target_api_key: str | None = Field(default=None, exclude=True)
     context_window: int | None = Field(
         default=None, ge=1, description="override of the models' context window")
     model_name: str | None = Field(default=None, description="name reported in metadata")

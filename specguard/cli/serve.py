@@ -14,7 +14,7 @@ import socket
 import sys
 from typing import Any
 
-from specguard.cli.run import add_loader_flags, loader_options
+from specguard.cli.run import add_loader_flags, add_remote_flags, loader_options, remote_options
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, parse_sets, preset
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -39,6 +39,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16",
                                                            "float32"])
     add_loader_flags(p)
+    add_remote_flags(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s; "
                    "use 0.0.0.0 only with --api-key)")
     p.add_argument("--port", type=int, default=8000, help="default %(default)s")
@@ -94,10 +95,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: `specguard serve` needs FastAPI and uvicorn ({err.name} is missing); "
               "install them with: pip install 'specguard[serve]'", file=sys.stderr)
         return 2
+    target, remote = remote_options(args)
+    target_name = remote.get("target_model") or target
     settings = ServeSettings(api_key=args.api_key or None, max_concurrent=args.max_concurrent,
                              max_queue=args.max_queue,
                              model_name=args.served_model_name or
-                             f"specguard:{args.draft}+{args.target}")
+                             f"specguard:{args.draft}+{target_name}")
     cfg = _config(args)
     options = loader_options(args)  # a bad --max-memory fails before the port is taken
     sock = bind(args.host, args.port)
@@ -109,9 +112,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from specguard_core.engine.loop import SpecGuardEngine
 
     try:
-        with Console(stderr=True).status(f"loading {args.draft} and {args.target} ..."):
-            engine = SpecGuardEngine.from_pretrained(args.draft, args.target, device=args.device,
-                                                     dtype=args.dtype, config=cfg, **options)
+        with Console(stderr=True).status(f"loading {args.draft} and {target} ..."):
+            engine = SpecGuardEngine.from_pretrained(args.draft, target, device=args.device,
+                                                     dtype=args.dtype, config=cfg, **options, **remote)
     except BaseException:
         sock.close()
         raise

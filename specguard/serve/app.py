@@ -39,6 +39,7 @@ from specguard_core.config import SpecGuardConfig
 from specguard_core.engine import formats
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.chat import InputError
+from specguard_core.engine.remote import RemoteTargetError
 from specguard_core.types import GenerationResult
 
 if TYPE_CHECKING:
@@ -163,6 +164,8 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             return JSONResponse(error_body("client disconnected", "invalid_request_error"), 499)
         except InputError as err:
             raise APIError(400, str(err)) from None
+        except RemoteTargetError as err:  # the target's server failed: a bad gateway, not ours
+            raise APIError(502, f"generation failed: {err}", "server_error") from None
         except Exception as err:  # noqa: BLE001 - answered as OpenAI's server_error
             log.exception("generation failed")
             raise APIError(500, f"generation failed: {type(err).__name__}: {err}",
@@ -220,7 +223,8 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             log.exception("generation failed")
             bad_input = isinstance(err, InputError)
             type_: ErrorType = "invalid_request_error" if bad_input else "server_error"
-            body = error_body(f"generation failed: {err}", type_, code=str(400 if bad_input else 500))
+            status = 400 if bad_input else 502 if isinstance(err, RemoteTargetError) else 500
+            body = error_body(f"generation failed: {err}", type_, code=str(status))
             yield convert.sse(body)
         finally:
             lease.release()

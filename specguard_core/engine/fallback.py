@@ -19,13 +19,14 @@ import torch
 
 from specguard_core.engine.chat import forced_call_prefix
 from specguard_core.engine.handle import CacheState, ModelHandle, TentativePass
-from specguard_core.engine.proposer import Proposal, SampleSpec, StepText, propose
+from specguard_core.engine.proposer import Proposal, SampleSpec, StepText
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.sampling import Shaping, nucleus_probs, sample_with_probs
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.speculative import accepted_prefix, next_token
+from specguard_core.engine.target import Target, write_step
 
-Convert = Callable[[list[int], ModelHandle, ModelHandle], list[int]]
+Convert = Callable[[list[int], Target, Target], list[int]]
 
 
 def generated(proposal: Proposal) -> int:
@@ -33,7 +34,7 @@ def generated(proposal: Proposal) -> int:
     return sum(len(c.token_ids) for c in proposal.candidates)
 
 
-def regenerate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: Proposal,
+def regenerate(draft: ModelHandle, target: Target, req: Request, proposal: Proposal,
                selector: Selector, convert: Convert) -> Step:
     """Discard the draft's proposal and let the target write this step."""
     proposal.discard()
@@ -49,7 +50,7 @@ def regenerate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: 
     spec = SampleSpec(k, cfg.temperature if sample else 0.0, cfg.top_p,
                       max(1, req.budget(req.target)), req.rules, None,
                       hidden=k > 1 and selector.mode == "hidden", shaping=Shaping.of(cfg))
-    written = propose(target, req.target, spec, req.generator, prior, check=req.check)
+    written = write_step(target, req.target, spec, req.generator, prior, check=req.check)
     i = selector.select(written.candidates)
     cand = written.candidates[i]
     written.keep(i)
@@ -60,7 +61,7 @@ def regenerate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: 
                 token_logprobs=logprobs + list(cand.logprobs))
 
 
-def speculate(draft: ModelHandle, target: ModelHandle, req: Request, proposal: Proposal,
+def speculate(draft: ModelHandle, target: Target, req: Request, proposal: Proposal,
               pick: int, first: TentativePass, checked: int = 0) -> Step:
     """Finish this step with token-level speculative decoding, starting from the target's pass
     `first` over candidate `pick` (same vocabulary). Greedy when temperature is 0, else exact
@@ -150,7 +151,7 @@ def _push(text: StepText, accepted: list[int], nxt: int | None) -> int:
     return n
 
 
-def _pend(draft: ModelHandle, target: ModelHandle, req: Request, tok: int | None) -> None:
+def _pend(draft: ModelHandle, target: Target, req: Request, tok: int | None) -> None:
     """The target's own token joined the step: both models encode it with their next pass."""
     if tok is not None and tok not in target.eos_ids:
         req.target.pending.append(tok)

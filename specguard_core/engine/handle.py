@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import DynamicCache
@@ -22,13 +22,16 @@ from transformers import DynamicCache
 from specguard_core.engine import capture
 from specguard_core.types import ModelCounters
 
+if TYPE_CHECKING:
+    from specguard_core.engine.target import Target
+
 
 @dataclass
 class CacheState:
     """The committed prefix as one model has encoded it. Invariant outside a proposal: one cache row
     holding exactly `ids`; `logits` ([V], float32) predicts the token after `ids`, or None if stale."""
 
-    cache: DynamicCache
+    cache: DynamicCache | None  # None for a served target (its server caches the prefix)
     ids: list[int] = field(default_factory=list)
     logits: torch.Tensor | None = None
     counters: ModelCounters = field(default_factory=ModelCounters)
@@ -48,7 +51,7 @@ class TentativePass:
     """Tokens fed after the committed prefix but not committed: `logits: [T+1, V]` (float32), row i
     predicting `ids[i]`, row T the token after all of them. End it with `keep` or `discard`."""
 
-    handle: ModelHandle
+    handle: Target
     state: CacheState
     ids: list[int]
     logits: torch.Tensor  # [T+1, V]
@@ -92,7 +95,7 @@ class ModelHandle:
         """Feed `input_ids: [b, q]` after what `state.cache` holds; counts prefilled, decoded or
         (for a verification pass) tentative tokens."""
         b, q = input_ids.shape
-        extra: dict[str, Any] = {self._cache_arg: state.cache}
+        extra: dict[str, Any] = {self._cache_arg: _kv(state)}
         if recorder is not None:
             extra["specguard_recorder"] = recorder
         out = self.model(input_ids=input_ids.to(self.device),
@@ -134,7 +137,7 @@ class ModelHandle:
 
     def rollback(self, state: CacheState, n_tokens: int) -> None:
         """Forget everything after the first `n_tokens` committed tokens."""
-        state.counters.discarded += _crop(state.cache, n_tokens)
+        state.counters.discarded += _crop(_kv(state), n_tokens)
         if n_tokens < len(state.ids):
             del state.ids[n_tokens:]
             state.logits = None
@@ -142,16 +145,17 @@ class ModelHandle:
     def fork(self, state: CacheState, k: int) -> None:
         """Repeat the single cache row `k` times for a batched proposal."""
         if k > 1:
-            state.cache.batch_repeat_interleave(k)
+            _kv(state).batch_repeat_interleave(k)
 
     def commit_row(self, state: CacheState, row: int, new_ids: list[int],
                    logits: torch.Tensor | None) -> None:
         """End a proposal: keep cache row `row` and commit its first `len(new_ids)` step tokens;
         the rest of the row is cropped. `logits` predict the token after them when all of them were
         fed, else None (stale)."""
-        if _rows(state.cache) > 1:
-            state.cache.batch_select_indices(torch.tensor([row], device=self.device))
-        state.counters.discarded += _crop(state.cache, len(state.ids) + len(new_ids))
+        cache = _kv(state)
+        if _rows(cache) > 1:
+            cache.batch_select_indices(torch.tensor([row], device=self.device))
+        state.counters.discarded += _crop(cache, len(state.ids) + len(new_ids))
         state.ids.extend(new_ids)
         state.logits = logits
 
@@ -193,6 +197,11 @@ class ModelHandle:
 
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+
+
+def _kv(state: CacheState) -> DynamicCache:
+    assert state.cache is not None, "this state belongs to a served target, not a ModelHandle"
+    return state.cache
 
 
 def _rows(cache: DynamicCache) -> int:

@@ -42,8 +42,9 @@ from specguard_core.engine.signals import percentile_bounds
 from specguard_core.engine.speculative import typical_prefix
 from specguard_core.engine.steps import StepRules, step_kind
 from specguard_core.engine.stream import GenerationStream
+from specguard_core.engine.target import Target
 from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
-from specguard_core.models.loading import check_pair
+from specguard_core.models.loading import check_pair, check_vocab
 from specguard_core.types import Cancelled, GenerationResult, StepKind, StepPath, StepRecord
 
 
@@ -65,16 +66,22 @@ class SpecGuardEngine:
     exactly what serial calls would."""
 
     def __init__(self, draft_model: Any, draft_tokenizer: Any, target_model: Any,
-                 target_tokenizer: Any, *, config: SpecGuardConfig | None = None,
+                 target_tokenizer: Any = None, *, config: SpecGuardConfig | None = None,
                  engine_config: EngineConfig | None = None, name: str | None = None) -> None:
         """`config` is the default per-request configuration (a request may override any of it);
-        `engine_config` fixes how the pair is wired (e.g. `heterogeneous`)."""
-        check_pair(draft_model, draft_tokenizer, target_model, target_tokenizer)
+        `engine_config` fixes how the pair is wired (e.g. `heterogeneous`). `target_model` is a
+        transformers model with its `target_tokenizer`, or a ready `Target` such as a
+        `RemoteTarget` (a model on a vLLM server; its own tokenizer is used)."""
+        if isinstance(target_model, Target):
+            check_vocab(draft_model, draft_tokenizer, "draft")
+            self.target: Target = target_model
+        else:
+            check_pair(draft_model, draft_tokenizer, target_model, target_tokenizer)
+            self.target = ModelHandle(target_model, target_tokenizer)
         self.config = config or SpecGuardConfig()
         self.engine_config = engine_config or EngineConfig()
         self.draft = ModelHandle(draft_model, draft_tokenizer)
-        self.target = ModelHandle(target_model, target_tokenizer)
-        self.same_vocab = draft_tokenizer.get_vocab() == target_tokenizer.get_vocab()
+        self.same_vocab = draft_tokenizer.get_vocab() == self.target.tokenizer.get_vocab()
         if not self.same_vocab and not self.engine_config.heterogeneous:
             raise InputError("the draft and target tokenizers have different vocabularies; pick a "
                              "pair that shares a tokenizer, or pass engine_config=EngineConfig("
@@ -90,9 +97,21 @@ class SpecGuardEngine:
         """Load both models (hub ids, local folders, `.gguf` files, or cached names from
         `specguard models fetch`). Keywords: device, dtype, device_map, max_memory, revision,
         trust_remote_code (False unless given), quantization_config, config, engine_config,
-        preset, progress (see `specguard_core.models.loading.load_model`)."""
+        preset, progress (see `specguard_core.models.loading.load_model`).
+
+        A `target` URL (`http://HOST:PORT/v1`) is a model on a vLLM server: the draft loads here,
+        the target is reached over HTTP (keywords `target_model`, `target_tokenizer`,
+        `target_timeout`, `target_api_key`, `target_top_logprobs`; see
+        `specguard_core.engine.remote_load`)."""
+        from specguard_core.engine.remote_load import REMOTE_OPTIONS, is_url, load_remote_engine
         from specguard_core.models.loading import load_engine
 
+        remote = {k: v for k in REMOTE_OPTIONS if (v := kwargs.pop(k, None)) is not None}
+        if is_url(target):
+            return load_remote_engine(cls, draft, target, **remote, **kwargs)
+        if remote:
+            raise ValueError(f"{', '.join(sorted(remote))} applies to a target served over HTTP; "
+                             f"pass target='http://HOST:PORT/v1' (got target={target!r})")
         return load_engine(cls, draft, target, **kwargs)
 
     @property
@@ -143,7 +162,12 @@ class SpecGuardEngine:
         one forward pass and raises TimeoutError from the stream."""
         if timeout is not None and not timeout > 0:
             raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        cfg = self._resolve_verifier((config or self.config).merged(**overrides))
+        cfg = (config or self.config).merged(**overrides)
+        if cfg.scoring_model == "target" and not isinstance(self.target, ModelHandle):
+            raise InputError("scoring_model='target' reads the target's attention and hidden "
+                             "states, which a served target does not expose; score with the "
+                             "draft (scoring_model='draft')")
+        cfg = self._resolve_verifier(cfg)
         try:
             fmt = ResponseFormat.of(response_format)
         except ValueError as err:
@@ -276,11 +300,13 @@ class SpecGuardEngine:
                                         req.answer_text(), cand.end == "eos")
         tpass = None
         if req.cfg.scoring_model == "target":
-            layers = self._capture_layers(self.target, req.cfg)
+            target = self.target
+            assert isinstance(target, ModelHandle)  # checked in `stream`
+            layers = self._capture_layers(target, req.cfg)
             recorder = AttentionRecorder(layers) if layers else None
             tpass = self._target_pass(req, cand, recorder,
-                                      hidden=bool(self._pool_layers(self.target, req.cfg)))
-            scores = target_scores(tpass, recorder, req.cfg, self._pool_layers(self.target, req.cfg))
+                                      hidden=bool(self._pool_layers(target, req.cfg)))
+            scores = target_scores(tpass, recorder, req.cfg, self._pool_layers(target, req.cfg))
         else:
             scores = draft_scores(cand, req.cfg)
         return verify(scores, req.cfg, reason, call, tool_call=kind == "tool_call"), tpass
@@ -309,6 +335,7 @@ class SpecGuardEngine:
         if cfg.verifier != "auto":
             return cfg
         handle = self.target if cfg.scoring_model == "target" else self.draft
+        assert isinstance(handle, ModelHandle)  # stream() refuses target scoring when served
         if handle.name not in self._auto_verifier:
             card = shipped_card(handle.model, handle.tokenizer)
             self._auto_verifier[handle.name] = "paper" if card is None else str(card)
@@ -353,10 +380,10 @@ class SpecGuardEngine:
         return regenerate(self.draft, self.target, req, proposal, selector, self._convert)
 
     # ---- helpers ---------------------------------------------------------------------------
-    def _convert(self, ids: list[int], src: ModelHandle, dst: ModelHandle) -> list[int]:
+    def _convert(self, ids: list[int], src: Target, dst: Target) -> list[int]:
         return ids if self.same_vocab else dst.encode(src.decode(ids))
 
-    def _prompt(self, handle: ModelHandle, messages: list[Message],
+    def _prompt(self, handle: Target, messages: list[Message],
                 tools: list[dict[str, Any]]) -> list[int]:
         ids = handle.encode(render_prompt(handle.tokenizer, messages, tools))
         window = handle.context_window

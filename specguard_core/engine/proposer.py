@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -22,6 +22,9 @@ from specguard_core.engine.handle import CacheState, ModelHandle
 from specguard_core.engine.sampling import NO_SHAPING, Shaping, sample_with_probs
 from specguard_core.engine.signals import sparsify_rows
 from specguard_core.engine.steps import StepRules, step_end
+
+if TYPE_CHECKING:
+    from specguard_core.engine.target import Target
 
 EndReason = Literal["boundary", "eos", "budget"]
 Added = Literal["fed", "eos", "before"]
@@ -76,7 +79,7 @@ class StepText:
     token otherwise), so a multi-byte character split over tokens appears whole, and a step cut by
     the budget in the middle of one is trimmed back to the last whole character (`trim`)."""
 
-    def __init__(self, handle: ModelHandle, rules: StepRules, max_tokens: int, prior: str = "") -> None:
+    def __init__(self, handle: Target, rules: StepRules, max_tokens: int, prior: str = "") -> None:
         self.handle, self.rules, self.max_tokens, self.prior = handle, rules, max_tokens, prior
         self.token_ids: list[int] = []
         self.text = ""
@@ -132,7 +135,7 @@ class StepText:
 class Proposal:
     """k candidate steps over a forked cache. End it with `keep(i)` or `discard()`."""
 
-    handle: ModelHandle
+    handle: Target
     state: CacheState
     candidates: list[Candidate]
 

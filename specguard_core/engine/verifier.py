@@ -93,6 +93,9 @@ def step_score(scores: Scores, cfg: SpecGuardConfig) -> float:
     ensemble, or a probe card's probability that the step is correct."""
     if cfg.verifier == "paper":
         return paper_score(scores, cfg)
+    if cfg.verifier == "auto":  # a programming error: the engine resolves it per request
+        raise ValueError("verifier='auto' must be resolved to 'paper' or a card path first "
+                         "(SpecGuardEngine does this per request)")
     return load_probe(cfg.verifier).score(scores.pooled, scores.scalars())
 
 

@@ -90,8 +90,8 @@ def test_soft_medoid_matches_definition() -> None:
 )
 def test_decision_matches_hand_computed(conf: float, ground: float, beta: float, tau: float,
                                         score: float, accepted: bool) -> None:
-    cfg = SpecGuardConfig(beta=beta, tau=tau, bounds=NormBounds(confidence_min=-8.0,
-                                                                 confidence_max=0.0))
+    cfg = SpecGuardConfig(verifier="paper", beta=beta, tau=tau,
+                          bounds=NormBounds(confidence_min=-8.0, confidence_max=0.0))
     got_score, got_accept = decide(Scores(conf, ground), cfg)
     assert got_score == pytest.approx(score)
     assert got_accept is accepted

@@ -1,0 +1,335 @@
+"""A target on a vLLM server: the draft stays in-process, the target is reached over vLLM's
+OpenAI-compatible API, always with token ids (never text), so both sides agree on every token.
+
+- A pass over tokens (`try_tokens`: the target check, speculative verification) is one
+  `/v1/completions` call with `prompt` = committed ids + the tokens, `max_tokens=1` and
+  `prompt_logprobs=K`: the server's top-K log-probs at every position. The pass's logits rows
+  hold those log-probs and `NEG` elsewhere (`[T+1, V]`), so greedy decisions (argmax) are exact;
+  anything that needs the whole distribution sees it renormalised over the top K (plus the token
+  itself): typical acceptance's entropy, and sampling (top-K sampling of the target).
+- A rejected step (`write_step`) is one `/v1/completions` call with the committed ids, the step's
+  token budget and `stop` at the step markers; its tokens are read back as ids and cut where the
+  engine's own step rules end the step (`StepText`), continuing the call when a marker the
+  server stopped at does not end the step (a delimiter inside a tool call).
+- The "cache" is the committed ids: `keep`/`discard`/`rollback` only move that list; the server's
+  automatic prefix caching does the rest.
+
+A request counts as one forward call of the target. Errors name the server and say what to do:
+`RemoteTargetError` for an unreachable server, a timeout, an HTTP error (with the server's
+message), an unexpected answer, or a server that serves another model or tokenizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import httpx
+import torch
+
+from specguard_core.engine.capture import AttentionRecorder
+from specguard_core.engine.handle import CacheState, TentativePass
+from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, StepText
+
+NEG = -1.0e4  # the logit of a token outside the server's top K (finite: entropy stays a number)
+PROBE = ("SpecGuard tokenizer probe: Hello, world! 3.14159 == pi; naïve café, 数学, 🙂\n\n"
+         "def f(x):\n    return x ** 2  # done\n")
+# sampling settings a server would otherwise take from the model's generation_config.json
+# (top_k=-1: "disabled" in every vLLM release; newer ones also take 0)
+_PLAIN = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
+          "top_k": -1, "min_p": 0.0}
+
+
+class RemoteTargetError(ConnectionError):
+    """The target server could not be used; the message names the server and what to do. (A
+    ConnectionError, so an OSError: the CLI prints it as one line.)"""
+
+
+class RemoteTarget:
+    """A target model served by vLLM at `url` (`http://HOST:PORT/v1`) under the name `model`.
+
+    `tokenizer` must be the served model's (checked by `connect`); `context_window` is the
+    server's `max_model_len`; `vocab_size` the width of the logits rows (the draft's, so the two
+    compare). Constructing one touches no network; `connect` asks the server and checks it."""
+
+    def __init__(self, url: str, model: str, tokenizer: Any, *, context_window: int,
+                 eos_ids: Iterable[int] | None = None, vocab_size: int | None = None,
+                 timeout_s: float = 120.0, top_logprobs: int = 20, api_key: str | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"target URL {url!r} must start with http:// or https://, e.g. "
+                             "http://127.0.0.1:8000/v1")
+        if not timeout_s > 0 or top_logprobs < 1:
+            raise ValueError("timeout_s must be > 0 and top_logprobs >= 1")
+        self.url = url.rstrip("/")
+        self.root = self.url.removesuffix("/v1")  # vLLM serves /tokenize beside /v1
+        self.model_name = model
+        self.name = f"{model}@{self.url}"
+        self.tokenizer = tokenizer
+        self.context_window = int(context_window)
+        eos = [tokenizer.eos_token_id] if eos_ids is None else list(eos_ids)
+        self.eos_ids = frozenset(int(e) for e in eos if e is not None)
+        self.vocab_size = max(int(vocab_size or 0), len(tokenizer))
+        self.top_logprobs = int(top_logprobs)
+        self.timeout_s = float(timeout_s)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+                                    headers=headers, transport=transport)
+
+    @classmethod
+    def connect(cls, url: str, model: str | None, tokenizer: Any, **kwargs: Any) -> RemoteTarget:
+        """Ask the server at `url` what it serves (`/v1/models`: the model, its `max_model_len`)
+        and check it tokenizes as `tokenizer` does (`/tokenize` on a probe string). `model=None`
+        takes the one model served. Keywords: those of the constructor but `context_window`."""
+        target = cls(url, model or "", tokenizer, context_window=0, **kwargs)
+        try:
+            target._check_model(model)
+            target.check_tokenizer()
+        except BaseException:
+            target.close()
+            raise
+        return target
+
+    def _check_model(self, model: str | None) -> None:
+        """Take `model` (or the one model served) and its `max_model_len` from `/v1/models`."""
+        listed = self._request("GET", f"{self.url}/models", None, "list its models")
+        served = {str(m.get("id")): m for m in listed.get("data", []) if isinstance(m, dict)}
+        if model is None and len(served) == 1:
+            model = next(iter(served))
+        if model not in served:
+            raise RemoteTargetError(f"the server at {self.url} serves {sorted(served)}, not "
+                                    f"{model!r}; pass target_model= (CLI: --target-model) with "
+                                    "one of those names")
+        self.model_name, self.name = model, f"{model}@{self.url}"
+        window = served[model].get("max_model_len")
+        self.context_window = int(window) if isinstance(window, int) else \
+            int(getattr(self.tokenizer, "model_max_length", 0) or 0)
+
+    def check_tokenizer(self) -> None:
+        """Raise RemoteTargetError if the server tokenizes `PROBE` differently from the local
+        tokenizer (it serves another model family or tokenizer)."""
+        answer = self._post(f"{self.root}/tokenize", {"prompt": PROBE, "add_special_tokens": False},
+                            "tokenize the probe")
+        theirs, ours = answer.get("tokens"), self.encode(PROBE)
+        if theirs != ours:
+            raise RemoteTargetError(
+                f"the server at {self.url} serves {self.model_name!r} with another tokenizer than "
+                f"the local one ({len(ours)} vs {len(theirs or [])} tokens for a probe string); "
+                "pass target_tokenizer= (CLI: --target-tokenizer) with the served model's folder")
+
+    # ---- the cache protocol (see handle.py): the committed ids are the whole state ----------
+    def new_state(self) -> CacheState:
+        return CacheState(cache=None)  # the server caches the prefix
+
+    def catch_up(self, state: CacheState) -> None:
+        pending, state.pending = state.pending, []
+        self.extend(state, pending)
+
+    def extend(self, state: CacheState, ids: list[int]) -> None:
+        if ids:
+            state.ids.extend(ids)
+            state.counters.prefilled += len(ids)
+            state.logits = None
+
+    def try_tokens(self, state: CacheState, ids: list[int], *,
+                   recorder: AttentionRecorder | None = None,
+                   hidden: bool = False) -> TentativePass:
+        """One request: the pending tokens (committed here) and `ids` (not committed); the
+        pass's `logits: [T+1, V]` row i predicts `ids[i]`, row T the token after all of them."""
+        if recorder is not None or hidden:
+            raise ValueError("a remote target gives no attention rows or hidden states; score "
+                             "with the draft (scoring_model='draft')")
+        self.catch_up(state)
+        if not ids and state.logits is not None:
+            return TentativePass(self, state, [], state.logits[None], None)
+        start = len(state.ids)
+        if start == 0:
+            raise ValueError("a remote target pass needs a non-empty committed prefix")
+        body = {"prompt": state.ids + ids, "max_tokens": 1, "temperature": 0.0,
+                "logprobs": self.top_logprobs, "return_tokens_as_token_ids": True}
+        if ids:
+            body["prompt_logprobs"] = self.top_logprobs
+        choice = self._complete(body, "verify tokens")[0]
+        state.counters.forward_calls += 1
+        state.counters.tentative += len(ids)
+        logits = torch.full((len(ids) + 1, self.vocab_size), NEG)  # [T+1, V]
+        try:
+            prompt_rows = choice["prompt_logprobs"] if ids else []
+            for row in range(len(ids)):
+                entry = prompt_rows[start + row]
+                self._fill(logits[row], {int(k): v["logprob"] for k, v in entry.items()})
+            top = choice["logprobs"]["top_logprobs"][0]
+            self._fill(logits[len(ids)], {_token_id(k): v for k, v in top.items()})
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            raise self._unexpected("verify tokens", err) from None
+        return TentativePass(self, state, list(ids), logits, None)
+
+    def commit_row(self, state: CacheState, row: int, new_ids: list[int],
+                   logits: torch.Tensor | None) -> None:
+        state.ids.extend(new_ids)
+        state.logits = logits
+
+    def drop_uncommitted(self, state: CacheState) -> None:
+        return None  # nothing uncommitted is held here
+
+    def rollback(self, state: CacheState, n_tokens: int) -> None:
+        if n_tokens < len(state.ids):
+            state.counters.discarded += len(state.ids) - n_tokens
+            del state.ids[n_tokens:]
+            state.logits = None
+
+    def unwind(self, state: CacheState, n_tokens: int) -> None:
+        drop = min(n_tokens, len(state.pending))
+        del state.pending[len(state.pending) - drop:]
+        if n_tokens > drop:
+            self.rollback(state, len(state.ids) - (n_tokens - drop))
+
+    # ---- writing a step -----------------------------------------------------------------
+    def write_step(self, state: CacheState, spec: SampleSpec, generator: torch.Generator,
+                   prior: str = "", check: Callable[[], None] | None = None) -> Proposal:
+        """`spec.k` steps written by the server after the committed prefix, each ending where
+        `spec.rules` end a step (or at EOS, or the budget; trimmed to whole characters). Greedy
+        at temperature 0, else sampled with a seed drawn from `generator`. Candidates carry no
+        attention rows, hidden states or sampling probabilities."""
+        self.catch_up(state)
+        texts = [StepText(self, spec.rules, spec.max_tokens, prior) for _ in range(spec.k)]
+        pending = list(range(spec.k))  # candidates whose step has not ended yet
+        first = True
+        while pending:
+            if check is not None:
+                check()
+            n = len(pending) if first else 1
+            done = texts[pending[0]].token_ids if not first else []
+            choices = self._generate(state.ids + done, n, spec, spec.max_tokens - len(done),
+                                     generator, state)
+            for i, (ids, finished) in zip(pending[:n], choices, strict=True):
+                for tok in ids:
+                    texts[i].add(tok)
+                    if texts[i].end is not None:
+                        break
+                if texts[i].end is None and (finished or not ids):
+                    texts[i].end = "budget"  # the server ended without a step marker or EOS
+            pending = [i for i in pending if texts[i].end is None]
+            first = False
+        cands = []
+        for text in texts:
+            if text.end == "budget":
+                text.trim()
+            eos = text.end == "eos"
+            cands.append(Candidate(token_ids=text.token_ids, text=text.text, end=text.end,
+                                   n_fed=len(text.token_ids) - eos))
+        return Proposal(self, state, cands)
+
+    def _generate(self, prompt: list[int], n: int, spec: SampleSpec, max_tokens: int,
+                  generator: torch.Generator, state: CacheState) -> list[tuple[list[int], bool]]:
+        """`n` continuations of `prompt`: (their token ids, whether the server stopped for a
+        reason other than a stop string, i.e. EOS or the token budget)."""
+        rules = spec.rules
+        markers = rules.delimiters + (rules.think_close, rules.think_open) + \
+            tuple(m for m in (rules.tool_open,) if m)
+        body: dict[str, Any] = {
+            "prompt": prompt, "n": n, "max_tokens": max(1, max_tokens), "stop": list(markers),
+            "stop_token_ids": sorted(self.eos_ids), "include_stop_str_in_output": True,
+            "skip_special_tokens": False, "logprobs": 0, "return_tokens_as_token_ids": True,
+            "temperature": spec.temperature, "top_p": spec.top_p if spec.temperature else 1.0}
+        if spec.temperature > 0:
+            body["seed"] = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+        choices = self._complete(body, "write a step")
+        state.counters.forward_calls += 1
+        out = []
+        try:
+            for choice in sorted(choices, key=lambda c: int(c["index"]))[:n]:
+                ids = [_token_id(t) for t in choice["logprobs"]["tokens"]]
+                stopped_on_text = isinstance(choice.get("stop_reason"), str)
+                state.counters.decoded += len(ids)
+                out.append((ids, not stopped_on_text))
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise self._unexpected("write a step", err) from None
+        if len(out) != n:
+            raise self._unexpected("write a step", ValueError(f"{len(out)} choices, not {n}"))
+        return out
+
+    # ---- HTTP ---------------------------------------------------------------------------
+    def _complete(self, body: dict[str, Any], what: str) -> list[dict[str, Any]]:
+        answer = self._post(f"{self.url}/completions", {**_PLAIN, **body}, what)
+        choices = answer.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise self._unexpected(what, ValueError("no choices"))
+        return choices
+
+    def _post(self, url: str, body: dict[str, Any], what: str) -> dict[str, Any]:
+        return self._request("POST", url, {"model": self.model_name, **body}, what)
+
+    def _request(self, method: str, url: str, body: dict[str, Any] | None, what: str
+                 ) -> dict[str, Any]:
+        try:
+            response = self._client.request(method, url, json=body)
+        except httpx.TimeoutException:
+            raise RemoteTargetError(
+                f"the target server at {self.url} did not answer within {self.timeout_s:g}s "
+                f"(asked to {what}); it may be overloaded or still starting: retry, or raise "
+                "target_timeout= (CLI: --target-timeout)") from None
+        except httpx.TransportError as err:
+            raise RemoteTargetError(
+                f"cannot reach the target server at {self.url} ({err or type(err).__name__}); "
+                "is vLLM running there? Start one with `scripts/vllm_target.sh serve` or "
+                "`vllm serve MODEL`, or fix the URL (http://HOST:PORT/v1)") from None
+        if response.status_code >= 400:
+            raise RemoteTargetError(f"the target server at {self.url} answered HTTP "
+                                    f"{response.status_code} when asked to {what}: "
+                                    f"{_server_message(response)}")
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise self._unexpected(what, ValueError("not a JSON object"))
+        return answer
+
+    def _unexpected(self, what: str, err: Exception) -> RemoteTargetError:
+        return RemoteTargetError(f"the target server at {self.url} gave an unexpected answer when "
+                                 f"asked to {what} ({type(err).__name__}: {err}); is it vLLM "
+                                 "(>= 0.6, with prompt_logprobs and return_tokens_as_token_ids)?")
+
+    def _fill(self, row: torch.Tensor, logprobs: dict[int, Any]) -> None:
+        """Write the server's log-probs into one logits row `[V]` (ids outside V are refused)."""
+        ids = list(logprobs)
+        if any(not 0 <= i < self.vocab_size for i in ids):
+            raise ValueError(f"token id outside the vocabulary ({self.vocab_size})")
+        values = torch.tensor([float(v) for v in logprobs.values()]).nan_to_num(NEG).clamp(NEG, 0)
+        row[torch.tensor(ids, dtype=torch.long)] = values
+
+    def close(self) -> None:
+        self._client.close()
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+
+    def __repr__(self) -> str:
+        return f"RemoteTarget({self.model_name!r} at {self.url})"
+
+
+def _token_id(token: object) -> int:
+    """`"token_id:123"` (vLLM's `return_tokens_as_token_ids` spelling) -> 123."""
+    text = str(token)
+    if not text.startswith("token_id:"):
+        raise ValueError(f"token {text[:40]!r} is not an id (return_tokens_as_token_ids ignored)")
+    return int(text.removeprefix("token_id:"))
+
+
+def _server_message(response: httpx.Response) -> str:
+    """The error message in the server's JSON (vLLM's and OpenAI's shapes), else its text."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500] or response.reason_phrase
+    if isinstance(body, dict):
+        err = body.get("error")
+        message = err.get("message") if isinstance(err, dict) else body.get("message") or err
+        if message:
+            return str(message)[:500]
+    return str(body)[:500]
+
