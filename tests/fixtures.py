@@ -126,3 +126,17 @@ def real_engine() -> Any:
         pytest.skip(f"{REAL_REASON} (looked in {cache_dir()})")
     return SpecGuardEngine.from_pretrained(str(dirs[0]), str(dirs[1]), dtype="bfloat16",
                                            device="cpu", progress=False)
+
+
+def record_stream_configs(engine: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The `SpecGuardConfig` of every `engine.stream` call from now on (the call still runs): what
+    an adapter or the server actually asked the engine for."""
+    seen: list[Any] = []
+    real_stream = engine.stream
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs["config"])
+        return real_stream(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "stream", spy)
+    return seen

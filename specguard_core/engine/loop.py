@@ -33,7 +33,7 @@ from specguard_core.engine.chat import (
 from specguard_core.engine.fallback import generated, regenerate, speculate
 from specguard_core.engine.formats import ResponseFormat
 from specguard_core.engine.handle import ModelHandle, TentativePass
-from specguard_core.engine.probe import load_probe, shipped_card
+from specguard_core.engine.probe import Cards
 from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, propose
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.sampling import Shaping
@@ -89,8 +89,7 @@ class SpecGuardEngine:
         self.model_name = name or f"specguard:{self.draft.name}+{self.target.name}"
         self._lock = threading.Lock()
         self._selectors: dict[tuple[str, str | None], Selector] = {}
-        self._checked_cards: set[tuple[str, str]] = set()  # (card path, model) fingerprints checked
-        self._auto_verifier: dict[str, str] = {}  # model name -> what verifier="auto" means for it
+        self._cards = Cards()
 
     @classmethod
     def from_pretrained(cls, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
@@ -330,27 +329,16 @@ class SpecGuardEngine:
 
     def _resolve_verifier(self, cfg: SpecGuardConfig) -> SpecGuardConfig:
         """`verifier="auto"` becomes the card shipped for the scoring model (`specguard_core/
-        verifiers/`, matched by fingerprint) when there is one, else the paper's ensemble; the
-        request's config, and so its trace, names what was used."""
-        if cfg.verifier != "auto":
-            return cfg
+        verifiers/`, matched by fingerprint) when there is one, else "paper"; the request's
+        config, and so its result, names what was used."""
         handle = self.target if cfg.scoring_model == "target" else self.draft
         assert isinstance(handle, ModelHandle)  # stream() refuses target scoring when served
-        if handle.name not in self._auto_verifier:
-            card = shipped_card(handle.model, handle.tokenizer)
-            self._auto_verifier[handle.name] = "paper" if card is None else str(card)
-        return cfg.merged(verifier=self._auto_verifier[handle.name])
+        return cfg.merged(verifier=self._cards.resolve(cfg.verifier, handle.model,
+                                                       handle.tokenizer, handle.name))
 
     def _pool_layers(self, handle: ModelHandle, cfg: SpecGuardConfig) -> tuple[int, ...]:
-        """Hidden layers a verifier card reads from `handle` (its fingerprint checked once per card
-        and model; a card for another model is refused); () for the paper's verifier."""
-        if cfg.verifier == "paper":
-            return ()
-        probe = load_probe(cfg.verifier)
-        if (cfg.verifier, handle.name) not in self._checked_cards:
-            probe.card.check_model(handle.model, handle.tokenizer, cfg.verifier)
-            self._checked_cards.add((cfg.verifier, handle.name))
-        return probe.card.hidden_layers()
+        """Hidden layers the configured card reads from `handle`; () for the paper's verifier."""
+        return self._cards.pool_layers(cfg.verifier, handle.model, handle.tokenizer, handle.name)
 
     def _keep(self, req: Request, proposal: Proposal, pick: int, tpass: TentativePass | None,
               verdict: Verdict, kind: tuple[StepKind, bool], path: StepPath) -> Step:

@@ -178,6 +178,36 @@ def shipped_card(model: Any, tokenizer: Any, folder: Path | None = None) -> Path
     return None
 
 
+class Cards:
+    """One engine's view of the verifier cards: what `verifier="auto"` means for each of its
+    models (resolved once), and which (card, model) fingerprints were already checked."""
+
+    def __init__(self) -> None:
+        self._auto: dict[str, str] = {}  # model name -> "paper" or the shipped card's path
+        self._checked: set[tuple[str, str]] = set()
+
+    def resolve(self, verifier: str, model: Any, tokenizer: Any, name: str) -> str:
+        """`verifier` itself, or for "auto" the card shipped for this model, else "paper"."""
+        if verifier != "auto":
+            return verifier
+        if name not in self._auto:
+            card = shipped_card(model, tokenizer)
+            self._auto[name] = "paper" if card is None else str(card)
+        return self._auto[name]
+
+    def pool_layers(self, verifier: str, model: Any, tokenizer: Any, name: str
+                    ) -> tuple[int, ...]:
+        """Hidden layers the card `verifier` reads from this model (its fingerprint checked once
+        per card and model: a card for another model is a CardError); () for "paper"."""
+        if verifier == "paper":
+            return ()
+        probe = load_probe(verifier)
+        if (verifier, name) not in self._checked:
+            probe.card.check_model(model, tokenizer, verifier)
+            self._checked.add((verifier, name))
+        return probe.card.hidden_layers()
+
+
 def load_probe(path: str | Path) -> Probe:
     """The card at `path`, loaded once per file version (keyed by resolved path and mtime)."""
     p = Path(path).expanduser().resolve()

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from specguard_core import SpecGuardConfig, SpecGuardEngine
 from specguard_core.testing import scripted_engine
 from specguard_integrations.langchain import ChatSpecGuard
+from tests.fixtures import record_stream_configs
 
 CFG = SpecGuardConfig(k=1, temperature=0.0, max_new_tokens=200)
 BOB = '{"name": "Bob", "age": 42}'
@@ -95,14 +96,7 @@ def test_sampling_knobs_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> Non
     """top_k, min_p, repetition_penalty: constructor fields and per-call keywords (issue 16,
     self-hosting); a bad value fails at construction with the field named."""
     engine = scripted_engine(lambda p: "Hi.", config=CFG)
-    seen: list[SpecGuardConfig] = []
-    real_stream = engine.stream
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs["config"])
-        return real_stream(*args, **kwargs)
-
-    monkeypatch.setattr(engine, "stream", spy)
+    seen = record_stream_configs(engine, monkeypatch)
     model = ChatSpecGuard(engine=engine, top_k=40, min_p=0.05, repetition_penalty=1.1)
     model.invoke("Hello")
     model.invoke("Hello", top_k=3, repetition_penalty=1.3)

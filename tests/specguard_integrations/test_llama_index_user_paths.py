@@ -21,6 +21,7 @@ from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMComp
 from specguard_core import SpecGuardConfig, SpecGuardEngine
 from specguard_core.testing import scripted_engine
 from specguard_integrations.llama_index import SpecGuardLLM
+from tests.fixtures import record_stream_configs
 
 CFG = SpecGuardConfig(k=1, temperature=0.0, max_new_tokens=200)
 
@@ -141,14 +142,7 @@ def test_knobs_and_presets_reach_the_engine_as_one_config(monkeypatch: pytest.Mo
 def test_sampling_knobs_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     """top_k, min_p, repetition_penalty as fields and per-call options; bad values fail early."""
     engine = scripted_engine(lambda p: "Hi.", config=CFG)
-    seen: list[SpecGuardConfig] = []
-    real_stream = engine.stream
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs["config"])
-        return real_stream(*args, **kwargs)
-
-    monkeypatch.setattr(engine, "stream", spy)
+    seen = record_stream_configs(engine, monkeypatch)
     llm = SpecGuardLLM(engine=engine, top_k=40, min_p=0.05, repetition_penalty=1.1)
     llm.chat([ChatMessage(role="user", content="Hello")])
     llm.complete("Hello", top_k=3, repetition_penalty=1.3)

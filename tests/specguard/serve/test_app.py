@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures import record_stream_configs
+
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
@@ -224,14 +226,7 @@ def spied(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, list[Any]]]:
     """A server over its own scripted engine whose every `engine.stream` config is recorded."""
     engine = scripted_engine(reply)
     app = create_app(engine)
-    seen: list[Any] = []
-    real_stream = engine.stream
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        seen.append(kwargs["config"])
-        return real_stream(*args, **kwargs)
-
-    monkeypatch.setattr(engine, "stream", spy)
+    seen = record_stream_configs(engine, monkeypatch)
     with live_server(app) as url:
         yield url, seen
 
