@@ -62,7 +62,7 @@ except ImportError as err:  # pragma: no cover - depends on the environment
 
 from specguard_core.config import EngineConfig, SpecGuardConfig
 from specguard_core.engine.aio import iterate_in_thread
-from specguard_core.types import StepRecord
+from specguard_core.types import GenerationResult, StepRecord
 from specguard_integrations.common import (
     KNOBS,
     base_config,
@@ -157,6 +157,8 @@ class SpecGuardLLM(FunctionCallingLLM):
     tau: float | None = Field(default=None, description="acceptance threshold")
     beta: float | None = Field(default=None, ge=0.0, le=1.0)
     max_steps: int | None = Field(default=None, ge=1)
+    logprobs: bool = Field(default=False, description="put each answer token's log-probability "
+                           "(under the model that wrote it) in ChatResponse.logprobs (chat only)")
     # loader options (used only when SpecGuardLLM loads the pair itself)
     device: str = Field(default="auto", description="device for lazy loading")
     dtype: str = Field(default="auto", description="dtype for lazy loading")
@@ -263,17 +265,18 @@ class SpecGuardLLM(FunctionCallingLLM):
                  ) -> dict[str, Any]:
         """Keyword arguments for `engine.stream`."""
         options = {k: v for k, v in kwargs.items() if v is not None}
+        logprobs = bool(options.pop("logprobs", self.logprobs))
         tools = options.pop("tools", None)
         tool_choice = options.pop("tool_choice", "auto")
         response_format = options.pop("response_format", None)
         self._config(self._engine, options)  # bad options fail here, before any loading
         return {"messages_or_prompt": to_engine_messages(messages), "tools": tools,
                 "tool_choice": tool_choice, "response_format": response_format,
-                "options": options}
+                "options": options, "logprobs": logprobs}
 
     def _open(self, request: dict[str, Any]) -> GenerationStream:
         engine = self.engine
-        args = {k: v for k, v in request.items() if k != "options"}
+        args = {k: v for k, v in request.items() if k not in ("options", "logprobs")}
         return engine.stream(**args, config=self._config(engine, request["options"]),
                              timeout=self.timeout)
 
@@ -285,10 +288,16 @@ class SpecGuardLLM(FunctionCallingLLM):
 
     # ---- chat: undecorated bodies, so that complete() is one LLM event, not two ------------
     def _chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        stream = self._open(self._request(messages, kwargs))
+        request = self._request(messages, kwargs)
+        stream = self._open(request)
         for _ in _until(stream):
             pass
-        return chat_response(stream.result)
+        return self._response(stream.result, request)
+
+    def _response(self, result: GenerationResult, request: dict[str, Any]) -> ChatResponse:
+        if not request["logprobs"]:
+            return chat_response(result)
+        return chat_response(result, result.answer_logprobs(self.engine.token_text))
 
     def _stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         stream, turn = self._open_turn(self._request(messages, kwargs))
@@ -300,7 +309,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         async with aclosing(_asteps(stream)) as steps:
             async for _ in steps:
                 pass
-        return chat_response(stream.result)
+        return self._response(stream.result, request)
 
     async def _astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any
                             ) -> ChatResponseAsyncGen:

@@ -12,6 +12,7 @@ from llama_index.core.base.llms.types import (
     CachePoint,
     ChatMessage,
     ChatResponse,
+    LogProb,
     MessageRole,
     TextBlock,
     ThinkingBlock,
@@ -145,9 +146,15 @@ def trace(result: GenerationResult) -> dict[str, Any]:
             "invalid_tool_calls": [asdict(c) for c in result.invalid_tool_calls]}
 
 
-def chat_response(result: GenerationResult) -> ChatResponse:
+def chat_response(result: GenerationResult,
+                  logprobs: list[dict[str, Any]] | None = None) -> ChatResponse:
+    """The finished turn; `logprobs` (OpenAI's `logprobs.content` entries,
+    `GenerationResult.answer_logprobs`) become LlamaIndex's `[[LogProb]]`, one chosen token per
+    position and no alternatives."""
     usage = result.usage
     return ChatResponse(
+        logprobs=None if logprobs is None else [
+            [LogProb(token=e["token"], logprob=e["logprob"], bytes=e["bytes"])] for e in logprobs],
         message=_message(result.text, result.reasoning, surfaced(
             [s.tool_call for s in result.steps if s.tool_call is not None])),
         raw={"model": result.model_name, "finish_reason": result.finish_reason,

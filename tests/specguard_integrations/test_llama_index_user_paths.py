@@ -220,3 +220,22 @@ def test_chat_with_tools_keeps_a_json_answer() -> None:
     assert json.loads(response.message.content or "") == {"name": "Bob", "age": 42}
     assert llm.get_tool_calls_from_response(response, error_on_no_tool_call=False) == []
     assert response.additional_kwargs["specguard"]["invalid_tool_calls"] == []
+
+
+def test_logprobs_in_chat_responses() -> None:
+    """`logprobs=True` (field or per call) fills ChatResponse.logprobs as llama-index-llms-openai
+    does: one `[LogProb]` per answer token, the chosen token only."""
+    engine = scripted_engine(lambda p: "First.\n\nThe answer is 42.", config=CFG)
+    plain = SpecGuardLLM(engine=engine)
+    hello = [ChatMessage(role="user", content="Hello")]
+    assert plain.chat(hello).logprobs is None
+    for response in (SpecGuardLLM(engine=engine, logprobs=True).chat(hello),
+                     plain.chat(hello, logprobs=True),
+                     asyncio.run(plain.achat(hello, logprobs=True))):
+        rows = response.logprobs
+        assert rows and all(len(row) == 1 and row[0].logprob <= 0 for row in rows)
+        assert "".join(row[0].token for row in rows).strip() == response.message.content
+    result = engine.generate("Hello")
+    assert [row[0].logprob for row in rows] == [  # each step's own values, answer tokens only
+        lp for s in result.steps for tok, lp in zip(s.token_ids, s.token_logprobs, strict=True)
+        if tok not in engine.target.eos_ids]
