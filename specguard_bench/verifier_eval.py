@@ -107,10 +107,11 @@ def evaluate(scores: np.ndarray, table: FeatureTable) -> dict[str, Any]:
     return entry
 
 
-def summarise(table: FeatureTable, cfg: SpecGuardConfig, default: str = "paper r",
+def summarise(table: FeatureTable, cfg: SpecGuardConfig, default: str | None = "paper r",
               extra: Mapping[str, tuple[str, np.ndarray]] | None = None) -> dict[str, Any]:
     """The summary: one entry per scorer (`extra` adds named score arrays, e.g. a probe's
-    out-of-fold predictions); the engine's default verifier is marked `"default": true`."""
+    out-of-fold predictions); the engine's default verifier for this model is marked
+    `"default": true` (`default=None`: none of these, e.g. a shipped card is the default)."""
     entries: dict[str, Any] = {}
     arrays: dict[str, np.ndarray] = {}
     all_scorers = [(s.name, s.description, s.fn(table)) for s in scorers(table, cfg)]

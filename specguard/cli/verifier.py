@@ -85,12 +85,24 @@ def _config(args: argparse.Namespace) -> Any:
     return SpecGuardConfig(bounds=NormBounds.load(path))
 
 
+def _default_scorer(table: Any) -> str | None:
+    """The scorer marked default: the paper's r, unless a card ships for the scored model (then
+    `verifier="auto"` uses that card, which is not one of the tables' rows)."""
+    from specguard_core.engine.probe import Fingerprint, shipped_card_for
+
+    card = shipped_card_for(Fingerprint.model_validate(table.meta["fingerprint"]))
+    if card is None:
+        return "paper r"
+    print(f"note: the default verifier for this model is the shipped card {card}")
+    return None
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from specguard_bench.verifier_eval import markdown, summarise, write_report
 
     folder = _features_dir(args, args.out)
     table, _ = _features(args, folder)
-    summary = summarise(table, _config(args))
+    summary = summarise(table, _config(args), _default_scorer(table))
     paths = write_report(summary, table.labels, folder, "verifier-eval", ROC_NAMES)
     print(markdown(summary))
     print("wrote " + ", ".join(str(p) for p in paths))
@@ -110,7 +122,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     card = fit_card(table, best, args.precision)
     card.save(args.out)
     (folder / "verifier-train.md").write_text(tried_markdown(tried, best, card))
-    summary = summarise(table, _config(args), extra={
+    summary = summarise(table, _config(args), _default_scorer(table), extra={
         "probe (5-fold CV)": (f"{best['candidate'].name}, out-of-fold", best["oof"])})
     write_report(summary, table.labels, folder, "verifier-probe", ROC_NAMES)
     print(tried_markdown(tried, best, card))

@@ -171,7 +171,11 @@ _LOADED: dict[tuple[str, int], Probe] = {}
 def shipped_card(model: Any, tokenizer: Any, folder: Path | None = None) -> Path | None:
     """The shipped card trained on this model (same fingerprint), or None. Reads only the cards'
     JSON; what `verifier="auto"` resolves to."""
-    here = Fingerprint.model_validate(fingerprint(model, tokenizer))
+    return shipped_card_for(Fingerprint.model_validate(fingerprint(model, tokenizer)), folder)
+
+
+def shipped_card_for(here: Fingerprint, folder: Path | None = None) -> Path | None:
+    """The shipped card whose model fingerprint is `here`, or None."""
     for path in sorted((folder or verifiers.SHIPPED_DIR).glob("*.json")):
         if not VerifierCard.load(path).model.mismatch(here):
             return path
