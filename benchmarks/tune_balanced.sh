@@ -31,3 +31,8 @@ run check-all-eps0.03 --set balanced.typical_eps=0.03 --set balanced.typical_del
 # 4. as 3, with draft steps cut at 64 tokens: a step that fails its check wastes less draft work
 run check-all-eps0.03-cap64 --set balanced.typical_eps=0.03 --set balanced.typical_delta=0.1 \
   --set balanced.max_step_tokens=64
+# 5. after the reported run's problem 0 went wrong under 3 (the draft's "16 - 3 - 4 = 10" passed the
+#    check: the target gave its "1" 0.13 where it gave "9" 0.85; Medusa's 0.09 passes it too), a
+#    token must also have p >= typical_ratio * the target's top probability
+run check-all-eps0.03-ratio0.3 --set balanced.typical_eps=0.03 --set balanced.typical_delta=0.1 \
+  --set balanced.typical_ratio=0.3

@@ -115,6 +115,9 @@ class SpecGuardConfig(BaseModel):
     typical_eps: float = Field(0.09, ge=0.0, le=1.0, description="target check: each token needs "
                                "p >= min(typical_eps, typical_delta * exp(-H))")
     typical_delta: float = Field(0.3, ge=0.0)
+    typical_ratio: float = Field(0.0, ge=0.0, le=1.0, description="target check: each token also "
+                                 "needs p >= typical_ratio * the target's top probability (0: "
+                                 "Medusa's bound alone; 1: the target's argmax only)")
     sd_draft_tokens: int = Field(5, ge=1, le=64, description="speculative fallback: tokens the "
                                  "draft proposes per target pass at first (+2 if all kept, -1 if not)")
     sd_max_draft_tokens: int = Field(16, ge=1, le=64)

@@ -270,7 +270,8 @@ class SpecGuardEngine:
                 tpass = tpass or self._target_pass(req, draft_step)
                 checked = self._checked_ids(draft_step, tpass)
                 passed = typical_prefix(tpass.logits, checked, cfg.typical_eps,
-                                        cfg.typical_delta, Shaping.of(cfg), req.target.ids)
+                                        cfg.typical_delta, Shaping.of(cfg), req.target.ids,
+                                        cfg.typical_ratio)
                 if passed == len(checked):
                     path = "target-checked"
                 else:

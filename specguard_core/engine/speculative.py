@@ -59,15 +59,20 @@ def next_token(target_logits: torch.Tensor, temperature: float, top_p: float,
 
 
 def typical_accept(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float,
-                   shaping: Shaping = NO_SHAPING, prefix: Sequence[int] = ()) -> bool:
+                   shaping: Shaping = NO_SHAPING, prefix: Sequence[int] = (),
+                   ratio: float = 0.0) -> bool:
     """`target_logits: [>=T, V]` (row i predicts `ids[i]`): every token passes
-    p >= min(eps, delta * exp(-H)) under the target's temperature-1 distribution after the
-    request's repetition penalty (for `prefix + ids[:i]`), top-k and min-p (raw without them)."""
-    return typical_prefix(target_logits, ids, eps, delta, shaping, prefix) == len(ids)
+    p >= min(eps, delta * exp(-H)) and p >= ratio * max p under the target's temperature-1
+    distribution after the request's repetition penalty (for `prefix + ids[:i]`), top-k and min-p
+    (raw without them). `ratio` guards the positions where the target is sure: Medusa's bound
+    alone lets a token the target gives 13% pass where it gives another 85% (a wrong digit);
+    `ratio=1` passes the target's argmax only (the greedy target's own text)."""
+    return typical_prefix(target_logits, ids, eps, delta, shaping, prefix, ratio) == len(ids)
 
 
 def typical_prefix(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float,
-                   shaping: Shaping = NO_SHAPING, prefix: Sequence[int] = ()) -> int:
+                   shaping: Shaping = NO_SHAPING, prefix: Sequence[int] = (),
+                   ratio: float = 0.0) -> int:
     """How many leading tokens of `ids` pass the typical-acceptance bound (all: `len(ids)`);
     see `typical_accept`."""
     if not ids:
@@ -79,5 +84,7 @@ def typical_prefix(target_logits: torch.Tensor, ids: list[int], eps: float, delt
         plogp = plogp.masked_fill(logp.isneginf(), 0.0)
     entropy = -plogp.sum(-1)  # [T]
     p_x = logp.gather(-1, torch.tensor(ids, device=logp.device)[:, None])[:, 0].exp()  # [T]
-    bound = torch.minimum(torch.full_like(entropy, eps), delta * torch.exp(-entropy))
+    bound = torch.minimum(torch.full_like(entropy, eps), delta * torch.exp(-entropy))  # [T]
+    if ratio > 0:
+        bound = torch.maximum(bound, ratio * logp.max(dim=-1).values.exp())
     return int((p_x >= bound).long().cumprod(0).sum())  # one host sync

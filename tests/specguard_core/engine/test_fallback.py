@@ -181,3 +181,17 @@ def test_token_logprobs_come_from_the_model_that_wrote_each_token(engine: SpecGu
         assert all(by_target)  # the target wrote every token
     else:
         assert 0 < written and not all(by_target)  # kept draft tokens carry the draft's
+
+
+def test_checking_every_step_with_ratio_one_is_the_targets_greedy_text(
+        engine: SpecGuardEngine) -> None:
+    """typical_ratio=1 passes only the target's argmax, so checking every step is lossless; the
+    default ratio 0 (Medusa's bound alone) lets the target's less likely tokens through."""
+    checked = dict(tau_accept=math.inf, tau_reject=-math.inf)
+    target = reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
+    strict = engine.generate(QUESTION, typical_ratio=1.0, **checked)
+    assert all_ids(strict) == target
+    assert all(s.path in ("target-checked", "target-verified") for s in strict.steps)
+    lenient = engine.generate(QUESTION, typical_eps=0.0, typical_delta=0.0, **checked)
+    assert all(s.path == "target-checked" for s in lenient.steps)  # a bound of 0 passes all
+    assert all_ids(lenient) == reference(engine.draft.model, engine.prompt_ids(QUESTION), 48)

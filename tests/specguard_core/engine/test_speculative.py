@@ -66,3 +66,15 @@ def test_typical_prefix_counts_leading_passes() -> None:
     assert typical_prefix(logits, [0, 3, 1], 0.09, 0.3) == 2  # third token: p ~ 0.0066 fails
     assert typical_prefix(logits, [1, 3, 0], 0.09, 0.3) == 0
     assert typical_prefix(logits, [0, 3, 0], 0.09, 0.3) == 3
+
+
+def test_ratio_rejects_what_the_target_is_sure_against() -> None:
+    """The measured case (GSM8K problem 0, "16 - 3 - 4 = 10"): the target gave "9" 0.85 and the
+    draft's "1" 0.13; Medusa's bound (0.09) passes it, a ratio of 0.3 does not."""
+    probs = torch.tensor([[0.85, 0.13, 0.01, 0.01]])
+    logits = probs.log()
+    assert typical_accept(logits, [1], 0.09, 0.3)
+    assert not typical_accept(logits, [1], 0.09, 0.3, ratio=0.3)
+    assert typical_accept(logits, [0], 0.09, 0.3, ratio=1.0)  # the argmax always passes
+    flat = torch.tensor([[0.3, 0.25, 0.25, 0.2]]).log()  # unsure: near-equal alternatives pass
+    assert typical_accept(flat, [3], 0.09, 0.3, ratio=0.3)
