@@ -29,6 +29,7 @@ from specguard_bench.data import Problem, load_file, load_problems, messages_for
 from specguard_bench.engines import Engines, PairSettings, ServedTarget, base_config
 from specguard_bench.methods import (
     METHODS,
+    REMOTE_METHOD,
     VARIANTS,
     MethodOutput,
     check_methods,
@@ -243,7 +244,10 @@ def write_reports(out_dir: Path, summary: Mapping[str, Any]) -> None:
     header = (
         f"# SpecGuard benchmark: {s['dataset']} problems {s['offset']}.."
         f"{s['offset'] + summary['n_problems'] - 1}\n\n"
-        f"draft `{s['draft']}`, target `{s['target']}`, {summary['environment']['device_name']} "
+        f"draft `{s['draft']}`, target `{s['target']}`"
+        + (f" ({REMOTE_METHOD}: `{s['served_target']['model']}` at {s['served_target']['url']})"
+           if "served_target" in s else "")
+        + f", {summary['environment']['device_name']} "
         f"({summary['environment']['device']}), {s['dtype']}, max {s['max_new_tokens']} new "
         f"tokens, bounds: {summary['bounds']['path'] or 'defaults (uncalibrated)'}\n\n"
     )

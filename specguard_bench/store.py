@@ -48,9 +48,13 @@ def append_row(path: Path, row: ProblemRow) -> None:
 
 
 def append_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Append `data` as one JSON line and flush it to disk."""
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps(data, ensure_ascii=False) + "\n")
+    """Append `data` as one JSON line and flush it to disk. A last line cut short (a run killed
+    while writing; `load_rows` skips it) is dropped first, so it cannot swallow this line."""
+    with open(path, "a+b") as out:
+        if out.tell() > 0 and (out.seek(-1, os.SEEK_END), out.read(1))[1] != b"\n":
+            out.seek(0)
+            out.truncate(out.read().rfind(b"\n") + 1)
+        out.write((json.dumps(data, ensure_ascii=False) + "\n").encode("utf-8"))
         out.flush()
         os.fsync(out.fileno())
 
