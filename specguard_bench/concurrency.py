@@ -120,8 +120,8 @@ def concurrency_methods(methods: Sequence[str], *, remote: bool) -> tuple[str, .
 def run_round(engine: Any, method: str, problems: Sequence[Problem], concurrency: int,
               settings: BenchSettings, bounds: NormBounds | None) -> Round:
     """Serve `problems` with `concurrency` client threads sharing `engine` (see the module
-    docstring); the answers are graded afterwards, in this thread. A failing request stops the
-    other clients at their next request and is raised."""
+    docstring); the answers are graded afterwards, in this thread. A failing request (or an
+    interrupt) stops the other clients before their next request and is raised."""
     queue = list(reversed(problems))
     lock, failed = threading.Lock(), threading.Event()
 
@@ -144,7 +144,11 @@ def run_round(engine: Any, method: str, problems: Sequence[Problem], concurrency
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench-client") as pool:
         t0 = time.perf_counter()
         futures = [pool.submit(client, cid, t0) for cid in range(concurrency)]
-        served = [item for f in futures for item in f.result()]
+        try:
+            served = [item for f in futures for item in f.result()]
+        except BaseException:  # also Ctrl-C: the clients stop after the request they are in
+            failed.set()
+            raise
     order = {p.uid: i for i, p in enumerate(problems)}
     served.sort(key=lambda item: order[item[0].uid])
     requests = [Request(problem_row(problem, method, out), cid, started, finished)
@@ -200,6 +204,10 @@ def run_concurrency(settings: BenchSettings, levels: Sequence[int], engine: Any 
     latest = {(r.method, r.concurrency): r for r in load_rounds(out_dir / ROUNDS) if r.uids == uids}
     rounds = [latest[m, level] for m in methods for level in levels if (m, level) in latest]
     used = engines.any()
+    env = environment(used) if used is not None else _previous_environment(out_dir)
+    if used is not None:  # how the engine was built (a batching engine's bounds will show here)
+        env["engine"] = {"class": type(used).__name__,
+                         "engine_config": used.engine_config.model_dump(mode="json")}
     figures = summarize_rounds(rounds)
     summary = {
         "settings": {**settings.fingerprint(bounds),
@@ -207,7 +215,7 @@ def run_concurrency(settings: BenchSettings, levels: Sequence[int], engine: Any 
                      else settings.dataset,
                      "n": len(problems), "offset": settings.offset, "methods": list(methods),
                      "levels": list(levels), "out_dir": str(out_dir)},
-        "environment": environment(used) if used is not None else _previous_environment(out_dir),
+        "environment": env,
         "levels": [s.to_dict() for s in figures],
         "table": markdown_table(figures),
     }

@@ -97,6 +97,8 @@ def test_rounds_record_every_request_and_the_table_comes_from_them(
             assert s.p95_vs_1 == pytest.approx(s.latency_p95_s / base.latency_p95_s)
             assert s.same_text_as_1 == 4
     assert summary["settings"]["levels"] == [1, 2, 4] and summary["environment"]["device"] == "cpu"
+    assert summary["environment"]["engine"] == {"class": "SpecGuardEngine",
+                                                "engine_config": {"heterogeneous": False}}
     table = (tmp_path / TABLE).read_text()
     assert "| method | clients | requests |" in table and "| specguard-fast | 4 | 4 |" in table
     assert json.loads((tmp_path / SUMMARY).read_text())["table"] == summary["table"]
