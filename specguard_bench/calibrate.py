@@ -9,7 +9,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from specguard_bench.data import load_problems, messages_for
-from specguard_bench.harness import PairSettings, load_engine
+from specguard_bench.engines import PairSettings, load_engine
 from specguard_bench.methods import specguard_config
 from specguard_core.config import NormBounds
 

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from specguard_bench.data import DATASETS, DEFAULT_MAX_NEW_TOKENS, FILE_MAX_NEW_TOKENS
-from specguard_bench.methods import METHODS
+from specguard_bench.methods import METHODS, REMOTE_METHOD, preset_of
 from specguard_core.config import PRESETS, parse_sets, parse_value  # noqa: F401 (re-exported)
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+
+TARGET_KEY_ENV = "SPECGUARD_TARGET_API_KEY"  # as `specguard run`
 
 
 def _csv(kind: type) -> Any:
@@ -89,8 +92,9 @@ def add_bench_parser(
     p.add_argument(
         "--methods",
         type=_csv(str),
-        default=METHODS,
-        help=f"comma-separated subset of {','.join(METHODS)} (default: all)",
+        default=None,
+        help=f"comma-separated subset of {','.join(METHODS)} (default: all; with --concurrency "
+        f"the specguard-* ones; {REMOTE_METHOD} with --target-url)",
     )
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="output directory")
     p.add_argument(
@@ -100,7 +104,30 @@ def add_bench_parser(
         help="NormBounds JSON from `specguard calibrate` (recorded in the summary)",
     )
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
+    p.add_argument(
+        "--concurrency",
+        type=_csv(int),
+        default=None,
+        metavar="N,N,...",
+        help="instead of the per-problem comparison: serve the problems with N concurrent clients "
+        "of one engine for each N (1 is always run, as the baseline) and report aggregate tok/s "
+        "and p50/p95 request latency (concurrency.md/.json/.png in --out)",
+    )
     _model_args(p)
+    remote = p.add_argument_group(
+        f"served target ({REMOTE_METHOD}: the balanced preset with the target on a vLLM server, "
+        "beside the in-process pair)")
+    remote.add_argument("--target-url", metavar="URL", help="the served target's OpenAI-compatible "
+                        f"API, e.g. http://HOST:8000/v1; adds the method {REMOTE_METHOD}")
+    remote.add_argument("--target-model", metavar="NAME",
+                        help="the served model's name (default: the only one the server serves)")
+    remote.add_argument("--target-tokenizer", metavar="PATH", help="local folder (or cached name) "
+                        "of the served model's tokenizer (default: the served name if cached, else "
+                        "the draft's)")
+    remote.add_argument("--target-timeout", type=float, metavar="SECONDS",
+                        help="seconds to wait for each server answer (default 120)")
+    remote.add_argument("--target-api-key", default=os.environ.get(TARGET_KEY_ENV), metavar="KEY",
+                        help=f"the server's API key (default: ${TARGET_KEY_ENV}, else none)")
     syn = p.add_argument_group("synthetic mode (random weights, real architectures)")
     syn.add_argument(
         "--synthetic",
@@ -164,30 +191,67 @@ def _max_new_tokens(args: argparse.Namespace) -> int:
     return DEFAULT_MAX_NEW_TOKENS.get(args.dataset, FILE_MAX_NEW_TOKENS)
 
 
+def _served(args: argparse.Namespace) -> Any:
+    """The served target the flags name (a `ServedTarget`), or None without --target-url; a
+    served-target flag without --target-url is a ValueError."""
+    from specguard_bench.engines import ServedTarget
+
+    given = {"--target-model": args.target_model, "--target-tokenizer": args.target_tokenizer,
+             "--target-timeout": args.target_timeout}
+    if not args.target_url:
+        if flags := [flag for flag, value in given.items() if value is not None]:
+            raise ValueError(f"{', '.join(flags)} needs --target-url (a target on a vLLM server)")
+        return None
+    return ServedTarget(url=args.target_url, model=args.target_model,
+                        tokenizer=args.target_tokenizer, timeout_s=args.target_timeout,
+                        api_key=args.target_api_key or None)
+
+
+def _methods(args: argparse.Namespace, remote: bool) -> tuple[str, ...]:
+    """--methods, else all methods (the SpecGuard ones with --concurrency); --target-url adds
+    specguard-remote."""
+    if args.methods is not None:
+        methods = tuple(args.methods)
+    elif args.concurrency is not None:
+        methods = tuple(m for m in METHODS if preset_of(m) is not None)
+    else:
+        methods = METHODS
+    return (*methods, REMOTE_METHOD) if remote and REMOTE_METHOD not in methods else methods
+
+
 def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
     from specguard_bench.harness import BenchSettings, run_bench
 
-    summary = run_bench(
-        BenchSettings(
-            out_dir=args.out,
-            dataset=args.dataset,
-            n=args.n,
-            offset=args.offset,
-            seed=args.seed,
-            methods=tuple(args.methods),
-            sets=sets,
-            max_new_tokens=_max_new_tokens(args),
-            dataset_file=args.dataset_file,
-            draft=args.draft,
-            target=args.target,
-            device=args.device,
-            dtype=args.dtype or "bfloat16",
-            heterogeneous=args.heterogeneous,
-            bounds_path=args.bounds,
-            warmup=not args.no_warmup,
-            progress=not args.no_progress,
-        )
+    served = _served(args)
+    settings = BenchSettings(
+        out_dir=args.out,
+        dataset=args.dataset,
+        n=args.n,
+        offset=args.offset,
+        seed=args.seed,
+        methods=_methods(args, served is not None),
+        sets=sets,
+        max_new_tokens=_max_new_tokens(args),
+        dataset_file=args.dataset_file,
+        draft=args.draft,
+        target=args.target,
+        device=args.device,
+        dtype=args.dtype or "bfloat16",
+        heterogeneous=args.heterogeneous,
+        bounds_path=args.bounds,
+        warmup=not args.no_warmup,
+        progress=not args.no_progress,
+        served=served,
     )
+    if args.concurrency is not None:
+        from specguard_bench.concurrency import run_concurrency
+
+        report = run_concurrency(settings, args.concurrency)
+        print(report["table"], end="")
+        print(f"results in {args.out}/ (concurrency.jsonl, concurrency.json, concurrency.md, "
+              "concurrency.png)")
+        return
+    summary = run_bench(settings)
     print(summary["table"], end="")
     print(f"results in {args.out}/ (results.jsonl, summary.json, results.md, results.png)")
 
@@ -229,6 +293,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _set_threads(args.threads)
     try:
         sets = parse_sets(args.sets)
+        if args.synthetic and (args.concurrency is not None or args.target_url):
+            raise ValueError("--concurrency and --target-url measure the real benchmark; they do "
+                             "not apply to --synthetic")
         (_synthetic if args.synthetic else _bench)(args, sets)
     except (ValueError, ResumeMismatch, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -18,7 +18,7 @@ import os
 import platform
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,12 @@ from tqdm.auto import tqdm
 
 from specguard_bench.answers import grade
 from specguard_bench.data import Problem, load_file, load_problems, messages_for
+from specguard_bench.engines import Engines, PairSettings, ServedTarget, base_config
 from specguard_bench.methods import (
     METHODS,
+    REMOTE_METHOD,
     VARIANTS,
+    MethodOutput,
     check_methods,
     preset_of,
     run_method,
@@ -37,26 +40,10 @@ from specguard_bench.methods import (
 from specguard_bench.metrics import ProblemRow, markdown_table, specguard_fields, summarize
 from specguard_bench.store import RESULTS, append_row, check_resume, load_rows, pending_pairs
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig
-from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.verifiers import SHIPPED_DIR
 
 SUMMARY, TABLE, PLOT = "summary.json", "results.md", "results.png"
 WARMUP_PROMPT = "What is 2 + 3?"
-
-
-@dataclass(frozen=True, kw_only=True)
-class PairSettings:
-    """The model pair and how to load it, shared by `BenchSettings` and `CalibrateSettings`.
-    `sets` are SpecGuardConfig overrides for the SpecGuard methods (`k=4`, or `fast.k=4` for
-    one preset)."""
-
-    draft: str = DEFAULT_DRAFT
-    target: str = DEFAULT_TARGET
-    device: str = "auto"
-    dtype: str = "bfloat16"
-    sets: Mapping[str, Any] = field(default_factory=dict)
-    heterogeneous: bool = False  # EngineConfig: a pair with different tokenizers
-    progress: bool = True
 
 
 @dataclass(frozen=True)
@@ -74,6 +61,7 @@ class BenchSettings(PairSettings):
     bounds_path: Path | None = None
     warmup: bool = True
     dataset_file: Path | None = None  # a JSONL of your own problems instead of `dataset`
+    served: ServedTarget | None = None  # a target on a vLLM server: adds `specguard-remote`
 
     def fingerprint(self, bounds: NormBounds | None) -> dict[str, Any]:
         """The settings that change a (problem, method) result; resuming requires equality.
@@ -94,6 +82,7 @@ class BenchSettings(PairSettings):
             "shipped_cards": shipped_cards(),
             # only when set, so runs stored before the field existed still resume
             **({"heterogeneous": True} if self.heterogeneous else {}),
+            **({"served_target": self.served.fingerprint()} if self.served else {}),
         }
 
 
@@ -106,32 +95,19 @@ def shipped_cards() -> dict[str, str]:
 # --------------------------------------------------------------------------- running
 
 
-def base_config(sets: Mapping[str, Any]) -> SpecGuardConfig:
-    """The engine's default request config: defaults plus the unscoped `--set` overrides."""
-    return SpecGuardConfig().merged(**{k: v for k, v in sets.items() if "." not in k})
-
-
-def load_engine(settings: PairSettings) -> Any:
-    """SpecGuardEngine.from_pretrained for the pair that `settings` name (cached registry names
-    resolve offline), with the unscoped `--set` overrides as the engine's config."""
-    from specguard_core import EngineConfig, SpecGuardEngine
-
-    return SpecGuardEngine.from_pretrained(
-        settings.draft,
-        settings.target,
-        device=settings.device,
-        dtype=settings.dtype,
-        progress=settings.progress,
-        config=base_config(settings.sets),
-        engine_config=EngineConfig(heterogeneous=settings.heterogeneous),
-    )
-
-
 def run_pair(
     engine: Any, problem: Problem, method: str, settings: BenchSettings, bounds: NormBounds | None
 ) -> ProblemRow:
     """Run one method on one problem, grade it, and build its row."""
-    out = run_method(
+    return problem_row(problem, method, generate(engine, problem, method, settings, bounds))
+
+
+def generate(
+    engine: Any, problem: Problem, method: str, settings: BenchSettings, bounds: NormBounds | None
+) -> MethodOutput:
+    """Run one method on one problem, timed (no grading: math-verify's timeout needs the main
+    thread, and this may run in a client thread)."""
+    return run_method(
         engine,
         method,
         messages_for(problem.question),
@@ -140,6 +116,10 @@ def run_pair(
         sets=settings.sets,
         bounds=bounds,
     )
+
+
+def problem_row(problem: Problem, method: str, out: MethodOutput) -> ProblemRow:
+    """Grade one method's output on one problem (in the main thread) and build its row."""
     verdict = grade(out.text, problem.gold)
     row = ProblemRow(
         uid=problem.uid,
@@ -202,12 +182,14 @@ def environment(engine: Any = None) -> dict[str, Any]:
         "device_name": platform.processor() or platform.machine(),
     }
     if engine is not None:
-        device = next(engine.target.model.parameters()).device
+        target = getattr(engine.target, "model", None)  # None: a target on a vLLM server
+        device = next((target if target is not None else engine.draft.model).parameters()).device
         if device.type == "cuda":
             env["device_name"] = torch.cuda.get_device_name(device)
         env["device"] = str(device)
         env["draft_dtype"] = str(next(engine.draft.model.parameters()).dtype)
-        env["target_dtype"] = str(next(engine.target.model.parameters()).dtype)
+        env["target_dtype"] = (str(next(target.parameters()).dtype) if target is not None
+                               else f"served by {engine.target.name}")
     return env
 
 
@@ -262,7 +244,10 @@ def write_reports(out_dir: Path, summary: Mapping[str, Any]) -> None:
     header = (
         f"# SpecGuard benchmark: {s['dataset']} problems {s['offset']}.."
         f"{s['offset'] + summary['n_problems'] - 1}\n\n"
-        f"draft `{s['draft']}`, target `{s['target']}`, {summary['environment']['device_name']} "
+        f"draft `{s['draft']}`, target `{s['target']}`"
+        + (f" ({REMOTE_METHOD}: `{s['served_target']['model']}` at {s['served_target']['url']})"
+           if "served_target" in s else "")
+        + f", {summary['environment']['device_name']} "
         f"({summary['environment']['device']}), {s['dtype']}, max {s['max_new_tokens']} new "
         f"tokens, bounds: {summary['bounds']['path'] or 'defaults (uncalibrated)'}\n\n"
     )
@@ -279,31 +264,41 @@ def _previous_environment(out_dir: Path, device: str) -> dict[str, Any]:
     return {**environment(), "device": device}
 
 
-def run_bench(settings: BenchSettings, engine: Any = None) -> dict[str, Any]:
+def selected_problems(settings: BenchSettings) -> list[Problem]:
+    """The run's problems: `n` from `offset` of the dataset or of `dataset_file`."""
+    if settings.dataset_file:
+        return load_file(settings.dataset_file, settings.n, settings.offset)
+    return load_problems(settings.dataset, settings.n, settings.offset)
+
+
+def run_bench(settings: BenchSettings, engine: Any = None, remote_engine: Any = None
+              ) -> dict[str, Any]:
     """Run (or resume) the benchmark; return the summary dict (also written to disk).
 
     `engine`: an already-built SpecGuardEngine (tests, notebooks); loaded from
-    `settings.draft/target` otherwise. Raises ResumeMismatch if `out_dir` holds results made with
-    other settings, ValueError for bad dataset/method names.
+    `settings.draft/target` otherwise (and only when a method needs it); `remote_engine` the same
+    for `specguard-remote` (loaded from `settings.served`). Raises ResumeMismatch if `out_dir`
+    holds results made with other settings, ValueError for bad dataset/method names.
     """
-    methods = check_methods(settings.methods)
-    problems = (load_file(settings.dataset_file, settings.n, settings.offset)
-                if settings.dataset_file else load_problems(settings.dataset, settings.n,
-                                                             settings.offset))
+    methods = check_methods(settings.methods, remote=settings.served is not None)
+    problems = selected_problems(settings)
     bounds = NormBounds.load(settings.bounds_path) if settings.bounds_path else None
     out_dir = settings.out_dir
     check_resume(out_dir, settings.fingerprint(bounds))
     results = out_dir / RESULTS
     done = {(r.uid, r.method) for r in load_rows(results)}
     pairs = pending_pairs(problems, methods, done)
+    engines = Engines(settings, settings.served, local=engine, remote=remote_engine)
     if pairs:
-        engine = engine or load_engine(settings)
         if settings.warmup:
-            warm_up(engine, sorted({m for _, m in pairs}), settings)
+            for method in sorted({m for _, m in pairs}):
+                warm_up(engines.for_method(method), [method], settings)
         for problem, method in _iterate(pairs, settings.progress):
-            append_row(results, run_pair(engine, problem, method, settings, bounds))
+            append_row(results, run_pair(engines.for_method(method), problem, method, settings,
+                                         bounds))
     wanted = {p.uid for p in problems}
     rows = [r for r in load_rows(results) if r.uid in wanted and r.method in methods]
+    engine = engines.any()
     base = engine.config if engine is not None else base_config(settings.sets)
     env = environment(engine) if engine is not None else _previous_environment(out_dir, settings.device)
     summary = build_summary(rows, settings, bounds, base, env)

@@ -9,6 +9,8 @@
   `balanced.key=value` / `fast.key=value` for one preset).
 - `specguard-paper-sd`: the paper preset with the speculative fallback (`fallback="speculative"`)
   instead of its k-sample fallback; `paper.key=value` overrides apply to it too.
+- `specguard-remote` (only with a served target, `--target-url`): the balanced preset run by a
+  second engine whose target is on a vLLM server; `balanced.key=value` overrides apply to it too.
 
 Latency is wall-clock around everything a caller would do for one answer: templating the prompt,
 generation, decoding (CUDA is synchronised before the clock stops).
@@ -33,6 +35,10 @@ METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-paper", "s
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "paper-sd": ("paper", {"fallback": "speculative"}),
 }
+# the method of a served target: not in METHODS (it needs --target-url) nor in VARIANTS (which is
+# part of every run's fingerprint, so runs stored before it existed still resume)
+REMOTE_METHOD = "specguard-remote"
+REMOTE_VARIANT: tuple[str, dict[str, Any]] = ("balanced", {})
 
 
 @dataclass
@@ -50,12 +56,27 @@ class MethodOutput:
     result: GenerationResult | None = None
 
 
-def check_methods(methods: Sequence[str]) -> tuple[str, ...]:
-    """Validate method names (order kept, duplicates dropped)."""
-    unknown = [m for m in methods if m not in METHODS]
+def check_methods(methods: Sequence[str], *, remote: bool = False) -> tuple[str, ...]:
+    """Validate method names (order kept, duplicates dropped); `specguard-remote` only when a
+    served target is configured (`remote`)."""
+    if REMOTE_METHOD in methods and not remote:
+        raise ValueError(f"{REMOTE_METHOD} runs the target on a vLLM server; give its address "
+                         "with --target-url (and --target-model)")
+    known = (*METHODS, REMOTE_METHOD) if remote else METHODS
+    unknown = [m for m in methods if m not in known]
     if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(known)}")
     return tuple(dict.fromkeys(methods))
+
+
+def variant_of(method: str) -> tuple[str, dict[str, Any]] | None:
+    """(preset, fixed changes) a SpecGuard method runs with; None for the baselines."""
+    name = preset_of(method)
+    if name is None:
+        return None
+    if method == REMOTE_METHOD:
+        return REMOTE_VARIANT
+    return VARIANTS.get(name, (name, {}))
 
 
 def preset_of(method: str) -> str | None:
@@ -81,8 +102,7 @@ def specguard_config(
 ) -> SpecGuardConfig:
     """The full, validated config a SpecGuard method runs with: `base` (the engine's config), the
     preset, the `--set` overrides, `max_new_tokens` and, if given, the calibrated `bounds`."""
-    name = preset_of(method)
-    preset, fixed = VARIANTS.get(name or "", (name, {}))
+    preset, fixed = variant_of(method) or (None, {})
     if preset is None or preset not in PRESETS:
         raise ValueError(f"{method} is not a SpecGuard preset method")
     extra: dict[str, Any] = {"max_new_tokens": max_new_tokens}
@@ -111,8 +131,11 @@ def greedy_config(
 
 
 def _sync(model: Any) -> None:
+    """Wait for `model`'s CUDA work (nothing for a CPU model or a served target, which has none)."""
     import torch
 
+    if model is None:
+        return
     device = next(model.parameters()).device
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -166,7 +189,7 @@ def _specguard_run(
 ) -> MethodOutput:
     t0 = time.perf_counter()
     res: GenerationResult = engine.generate(list(messages), config=config)
-    _sync(engine.target.model)
+    _sync(getattr(engine.target, "model", engine.draft.model))  # a served target has no model
     latency = time.perf_counter() - t0
     return MethodOutput(
         text=res.raw_text,

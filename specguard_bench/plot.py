@@ -110,3 +110,40 @@ def plot_synthetic(report: Mapping[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_concurrency(summary: Mapping[str, Any], path: Path) -> None:
+    """Left: aggregate tokens/s against the number of concurrent clients, one line per method.
+    Right: p50 (solid) and p95 (dashed) request latency against clients. Written to `path`."""
+    plt = _pyplot()
+    levels: Sequence[Mapping[str, Any]] = summary["levels"]
+    fig, (ax_tput, ax_lat) = plt.subplots(1, 2, figsize=(11, 4.2))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    methods = list(dict.fromkeys(s["method"] for s in levels))
+    for i, method in enumerate(methods):
+        mine = sorted((s for s in levels if s["method"] == method), key=lambda s: s["concurrency"])
+        xs = [s["concurrency"] for s in mine]
+        color = palette[i % len(palette)]
+        ax_tput.plot(xs, [s["tokens_per_s"] for s in mine], marker="o", color=color, label=method)
+        ax_lat.plot(xs, [s["latency_p50_s"] for s in mine], marker="o", color=color,
+                    label=f"{method} p50")
+        ax_lat.plot(xs, [s["latency_p95_s"] for s in mine], marker="^", ls="--", color=color,
+                    label=f"{method} p95")
+    for ax in (ax_tput, ax_lat):
+        ax.set_xlabel("concurrent clients (one engine)")
+        ax.set_xticks(sorted({s["concurrency"] for s in levels}))
+        ax.set_ylim(bottom=0)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    ax_tput.set_ylabel("aggregate tokens/s")
+    ax_tput.set_title("throughput (all requests' new tokens / wall time)", fontsize=9)
+    ax_lat.set_ylabel("request latency (s)")
+    ax_lat.set_title("request latency: p50 solid, p95 dashed", fontsize=9)
+    s = summary.get("settings", {})
+    fig.suptitle(
+        f"{s.get('dataset', '')} n={s.get('n', '')}: "
+        f"{Path(str(s.get('draft', ''))).name} -> {Path(str(s.get('target', ''))).name}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

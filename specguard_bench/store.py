@@ -44,20 +44,30 @@ def load_rows(path: Path) -> list[ProblemRow]:
 
 def append_row(path: Path, row: ProblemRow) -> None:
     """Append one row as a JSON line and flush it to disk."""
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps(row.to_dict(), ensure_ascii=False) + "\n")
+    append_json(path, row.to_dict())
+
+
+def append_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Append `data` as one JSON line and flush it to disk. A last line cut short (a run killed
+    while writing; `load_rows` skips it) is dropped first, so it cannot swallow this line."""
+    with open(path, "a+b") as out:
+        if out.tell() > 0 and (out.seek(-1, os.SEEK_END), out.read(1))[1] != b"\n":
+            out.seek(0)
+            out.truncate(out.read().rfind(b"\n") + 1)
+        out.write((json.dumps(data, ensure_ascii=False) + "\n").encode("utf-8"))
         out.flush()
         os.fsync(out.fileno())
 
 
-def check_resume(out_dir: Path, fingerprint: Mapping[str, Any]) -> None:
-    """Record `fingerprint` in `run.json`, or raise ResumeMismatch if the directory already holds
-    results made with different settings."""
-    path = out_dir / RUN
+def check_resume(out_dir: Path, fingerprint: Mapping[str, Any], *, run: str = RUN,
+                 results: str = RESULTS) -> None:
+    """Record `fingerprint` in `run` (`run.json`), or raise ResumeMismatch if the directory
+    already holds `results` (`results.jsonl`) made with different settings."""
+    path = out_dir / run
     current = json.loads(json.dumps(fingerprint))  # normalise tuples, floats as JSON sees them
     if path.exists():
         previous = json.loads(path.read_text())
-        if previous != current and (out_dir / RESULTS).exists():
+        if previous != current and (out_dir / results).exists():
             diff = sorted(k for k in {*previous, *current} if previous.get(k) != current.get(k))
             raise ResumeMismatch(
                 f"{out_dir} holds results made with other settings ({', '.join(diff)} differ); "

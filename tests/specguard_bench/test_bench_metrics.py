@@ -213,3 +213,15 @@ def test_path_columns_and_tokens_per_target_forward() -> None:
     assert s["specguard-balanced"].tokens_per_target_forward == pytest.approx(5.0)
     table = markdown_table(s)
     assert "kept/checked/regen steps" in table and "| 1/3/2 | 5.00 | 12 |" in table
+
+
+def test_append_after_a_cut_line_drops_it(tmp_path: Path) -> None:
+    """A run killed mid-line leaves a cut last line; the next append must not glue onto it (the
+    row would be lost and the file unreadable once another line follows)."""
+    path = tmp_path / RESULTS
+    append_row(path, ROWS[0])
+    path.write_text(path.read_text() + json.dumps(ROWS[1].to_dict())[:30])
+    assert load_rows(path) == [ROWS[0]]  # the cut line is skipped
+    append_row(path, ROWS[1])
+    append_row(path, ROWS[2])
+    assert load_rows(path) == [ROWS[0], ROWS[1], ROWS[2]]
