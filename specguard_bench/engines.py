@@ -42,7 +42,7 @@ class ServedTarget:
     model: str | None = None
     tokenizer: str | None = None
     timeout_s: float | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
 
     def fingerprint(self) -> dict[str, Any]:
         """What changes a `specguard-remote` result: where the target is, which model, its

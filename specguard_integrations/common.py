@@ -202,10 +202,18 @@ def profile(draft: str, target: str, engine: Any = None) -> dict[str, Any]:
     return out
 
 
-def check_placement(owner: str, options: Mapping[str, Any]) -> None:
+def check_placement(owner: str, options: Mapping[str, Any], target: str | None = None) -> None:
     """The devices and dtypes the adapter would load with, checked at construction (a typo fails
-    now, naming the option, not at the first call)."""
+    now, naming the option, not at the first call); a served `target` (a URL) takes no target
+    placement options."""
+    from specguard_core.engine.remote_load import draft_options, is_url
     from specguard_core.models.loading import per_model
+
+    if target is not None and is_url(target):
+        try:
+            draft_options(dict(options))
+        except ValueError as err:
+            raise ValueError(f"{owner}: {err}") from None
 
     for role in ("draft", "target"):
         try:
@@ -216,4 +224,8 @@ def check_placement(owner: str, options: Mapping[str, Any]) -> None:
 
 
 def loader_kwargs(owner: Any) -> dict[str, Any]:
-    return {name: getattr(owner, name) for name in LOADER_OPTIONS}
+    """The loader options as `from_pretrained` keywords (a secret unwrapped for the call only)."""
+    out = {name: getattr(owner, name) for name in LOADER_OPTIONS}
+    if hasattr(out.get("target_api_key"), "get_secret_value"):
+        out["target_api_key"] = out["target_api_key"].get_secret_value()
+    return out

@@ -180,7 +180,7 @@ class ChatSpecGuard(BaseChatModel):
     target_model: str | None = None
     target_tokenizer: str | None = None
     target_timeout: float | None = None
-    target_api_key: str | None = Field(default=None, exclude=True)
+    target_api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
     overrides: dict[str, Any] = Field(default_factory=dict, exclude=True)
     """SpecGuardConfig overrides from the deprecated `model_kwargs=`."""
 
@@ -203,7 +203,7 @@ class ChatSpecGuard(BaseChatModel):
                              "default pair, or a ready engine=")
         self._config(engine, {})  # fail early on bad values
         if engine is None:
-            check_placement("ChatSpecGuard", loader_kwargs(self))
+            check_placement("ChatSpecGuard", loader_kwargs(self), self.target)
         if engine is not None and self.model is None:
             self.model = engine.model_name
         elif engine is None and self.model is None:

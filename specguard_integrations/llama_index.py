@@ -50,7 +50,13 @@ try:
         MessageRole,
         ToolCallBlock,
     )
-    from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, model_validator
+    from llama_index.core.bridge.pydantic import (
+        ConfigDict,
+        Field,
+        PrivateAttr,
+        SecretStr,
+        model_validator,
+    )
     from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW
     from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
     from llama_index.core.llms.function_calling import FunctionCallingLLM
@@ -179,7 +185,7 @@ class SpecGuardLLM(FunctionCallingLLM):
                                          "draft's)")
     target_timeout: float | None = Field(default=None, gt=0, description="seconds per answer of "
                                          "the target server")
-    target_api_key: str | None = Field(default=None, exclude=True)
+    target_api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
     context_window: int | None = Field(
         default=None, ge=1, description="override of the models' context window")
     model_name: str | None = Field(default=None, description="name reported in metadata")
@@ -205,7 +211,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         check_config_choice(self.config, self.preset)
         self._config(engine, {})  # bad option names or values fail here
         if engine is None:
-            check_placement("SpecGuardLLM", loader_kwargs(self))
+            check_placement("SpecGuardLLM", loader_kwargs(self), self.target)
 
     @classmethod
     def class_name(cls) -> str:
@@ -281,6 +287,9 @@ class SpecGuardLLM(FunctionCallingLLM):
                              timeout=self.timeout)
 
     def _open_turn(self, request: dict[str, Any]) -> tuple[GenerationStream, Turn]:
+        if request["logprobs"]:
+            raise ValueError("SpecGuardLLM returns logprobs from chat/achat only; a streamed "
+                             "call does not carry them: stream without logprobs=True")
         stream = self._open(request)
         tools = None if request["tool_choice"] == "none" else request["tools"]
         prompt = self.engine.prompt_ids(request["messages_or_prompt"], tools)

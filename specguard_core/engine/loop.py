@@ -35,6 +35,7 @@ from specguard_core.engine.formats import ResponseFormat
 from specguard_core.engine.handle import ModelHandle, TentativePass
 from specguard_core.engine.probe import Cards
 from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, propose
+from specguard_core.engine.remote import check_served_target
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.sampling import Shaping
 from specguard_core.engine.selector import Selector
@@ -162,10 +163,8 @@ class SpecGuardEngine:
         if timeout is not None and not timeout > 0:
             raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
         cfg = (config or self.config).merged(**overrides)
-        if cfg.scoring_model == "target" and not isinstance(self.target, ModelHandle):
-            raise InputError("scoring_model='target' reads the target's attention and hidden "
-                             "states, which a served target does not expose; score with the "
-                             "draft (scoring_model='draft')")
+        if not isinstance(self.target, ModelHandle):
+            check_served_target(cfg)
         cfg = self._resolve_verifier(cfg)
         try:
             fmt = ResponseFormat.of(response_format)
@@ -197,7 +196,9 @@ class SpecGuardEngine:
         when `scoring_model="target"` (then the target runs, but only to score)."""
         conf, ground = [], []
         for prompt in prompts:
-            cfg = (config or self.config).merged(**{**overrides, "tau": -math.inf})
+            # the bounds normalise the paper's signals, so they are measured as its ensemble sees them
+            cfg = (config or self.config).merged(**{**overrides, "tau": -math.inf,
+                                                    "verifier": "paper"})
             for step in self.generate(prompt, config=cfg).steps:
                 if step.confidence is not None:
                     conf.append(step.confidence)
@@ -322,11 +323,13 @@ class SpecGuardEngine:
         """The tokens the target check judges: the step's, its final EOS included (same vocab)."""
         return cand.token_ids if self.same_vocab else tpass.ids
 
-    @staticmethod
-    def _capture_layers(handle: ModelHandle, cfg: SpecGuardConfig) -> frozenset[int] | None:
-        """Layers whose attention rows feed grounding; None (no capture) when beta == 1 gives
-        grounding no weight, which is also how to measure what capture costs."""
-        return capture.last_layers(handle.model, cfg.grounding_layers) if cfg.beta < 1 else None
+    def _capture_layers(self, handle: ModelHandle, cfg: SpecGuardConfig) -> frozenset[int] | None:
+        """Layers whose attention rows feed grounding; None (no capture) when nothing reads it:
+        beta == 1 gives it no weight in the paper's ensemble (also how to measure what capture
+        costs), and a verifier card reads it only when it lists the feature."""
+        if cfg.beta >= 1 or not self._cards.reads_grounding(cfg.verifier):
+            return None
+        return capture.last_layers(handle.model, cfg.grounding_layers)
 
     def _resolve_verifier(self, cfg: SpecGuardConfig) -> SpecGuardConfig:
         """`verifier="auto"` becomes the card shipped for the scoring model (`specguard_core/
@@ -335,11 +338,11 @@ class SpecGuardEngine:
         handle = self.target if cfg.scoring_model == "target" else self.draft
         assert isinstance(handle, ModelHandle)  # stream() refuses target scoring when served
         return cfg.merged(verifier=self._cards.resolve(cfg.verifier, handle.model,
-                                                       handle.tokenizer, handle.name))
+                                                       handle.tokenizer))
 
     def _pool_layers(self, handle: ModelHandle, cfg: SpecGuardConfig) -> tuple[int, ...]:
         """Hidden layers the configured card reads from `handle`; () for the paper's verifier."""
-        return self._cards.pool_layers(cfg.verifier, handle.model, handle.tokenizer, handle.name)
+        return self._cards.pool_layers(cfg.verifier, handle.model, handle.tokenizer)
 
     def _keep(self, req: Request, proposal: Proposal, pick: int, tpass: TentativePass | None,
               verdict: Verdict, kind: tuple[StepKind, bool], path: StepPath) -> Step:

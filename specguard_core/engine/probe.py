@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -182,34 +183,55 @@ def shipped_card_for(here: Fingerprint, folder: Path | None = None) -> Path | No
     return None
 
 
+def _warn_near_miss(here: Fingerprint) -> None:
+    """Say so when a shipped card was trained on a model of this shape whose config differs (e.g.
+    the hub's folder of the model a card's `specguard models fetch` bundle converts): `auto` then
+    means the paper's ensemble, whose thresholds read differently."""
+    for path in sorted(verifiers.SHIPPED_DIR.glob("*.json")):
+        card = VerifierCard.load(path)
+        if card.model.mismatch(here) == ["config_sha256"]:
+            warnings.warn(f"verifier='auto': {path.name} was trained on {card.model.name}, a model "
+                          f"of the same shape as {here.name} but with another config, so the "
+                          "paper's ensemble scores the steps; load the model the card names (or "
+                          "pass its path as verifier= if you know they are the same)",
+                          stacklevel=4)
+
+
 class Cards:
     """One engine's view of the verifier cards: what `verifier="auto"` means for each of its
-    models (resolved once), and which (card, model) fingerprints were already checked."""
+    models (resolved once), and which (card, model) fingerprints were already checked. Models
+    are told apart by identity, not by name (two models built in memory share a class name)."""
 
     def __init__(self) -> None:
-        self._auto: dict[str, str] = {}  # model name -> "paper" or the shipped card's path
-        self._checked: set[tuple[str, str]] = set()
+        self._auto: dict[int, str] = {}  # id(model) -> "paper" or the shipped card's path
+        self._checked: set[tuple[str, int]] = set()
 
-    def resolve(self, verifier: str, model: Any, tokenizer: Any, name: str) -> str:
+    def resolve(self, verifier: str, model: Any, tokenizer: Any) -> str:
         """`verifier` itself, or for "auto" the card shipped for this model, else "paper"."""
         if verifier != "auto":
             return verifier
-        if name not in self._auto:
+        if id(model) not in self._auto:
             card = shipped_card(model, tokenizer)
-            self._auto[name] = "paper" if card is None else str(card)
-        return self._auto[name]
+            self._auto[id(model)] = "paper" if card is None else str(card)
+            if card is None:
+                _warn_near_miss(Fingerprint.model_validate(fingerprint(model, tokenizer)))
+        return self._auto[id(model)]
 
-    def pool_layers(self, verifier: str, model: Any, tokenizer: Any, name: str
-                    ) -> tuple[int, ...]:
+    def pool_layers(self, verifier: str, model: Any, tokenizer: Any) -> tuple[int, ...]:
         """Hidden layers the card `verifier` reads from this model (its fingerprint checked once
         per card and model: a card for another model is a CardError); () for "paper"."""
         if verifier == "paper":
             return ()
         probe = load_probe(verifier)
-        if (verifier, name) not in self._checked:
+        if (verifier, id(model)) not in self._checked:
             probe.card.check_model(model, tokenizer, verifier)
-            self._checked.add((verifier, name))
+            self._checked.add((verifier, id(model)))
         return probe.card.hidden_layers()
+
+    def reads_grounding(self, verifier: str) -> bool:
+        """Whether the verifier needs grounding (attention rows): the paper's ensemble may, a card
+        only when it lists the feature."""
+        return verifier == "paper" or "grounding" in load_probe(verifier).card.features
 
 
 def load_probe(path: str | Path) -> Probe:

@@ -27,7 +27,9 @@ from typing import Any
 import httpx
 import torch
 
+from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.capture import AttentionRecorder
+from specguard_core.engine.chat import InputError
 from specguard_core.engine.handle import CacheState, TentativePass
 from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, StepText
 
@@ -38,6 +40,22 @@ PROBE = ("SpecGuard tokenizer probe: Hello, world! 3.14159 == pi; naïve café, 
 # (top_k=-1: "disabled" in every vLLM release; newer ones also take 0)
 _PLAIN = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
           "top_k": -1, "min_p": 0.0}
+
+
+def check_served_target(cfg: SpecGuardConfig) -> None:
+    """What a request cannot ask of a target on a server: an InputError that says what to use."""
+    if cfg.scoring_model == "target":
+        raise InputError("scoring_model='target' reads the target's attention and hidden states, "
+                         "which a served target does not expose; score with the draft "
+                         "(scoring_model='draft')")
+    if cfg.repetition_penalty != 1.0:
+        raise InputError("repetition_penalty needs the target's raw logits, which a served target "
+                         "does not return (its passes give log-probabilities); leave it at 1 or "
+                         "use an in-process target")
+    if cfg.fallback == "sample" and cfg.fallback_k > 1 and cfg.selector == "hidden":
+        raise InputError(f"fallback_k={cfg.fallback_k} samples from a served target carry no "
+                         "hidden states for the selector to compare; use fallback='speculative' "
+                         "or 'greedy', fallback_k=1, or selector='sentence-transformer'")
 
 
 class RemoteTargetError(ConnectionError):
@@ -189,10 +207,12 @@ class RemoteTarget:
                    prior: str = "", check: Callable[[], None] | None = None) -> Proposal:
         """`spec.k` steps written by the server after the committed prefix, each ending where
         `spec.rules` end a step (or at EOS, or the budget; trimmed to whole characters). Greedy
-        at temperature 0, else sampled with a seed drawn from `generator`. Candidates carry no
-        attention rows, hidden states or sampling probabilities."""
+        at temperature 0, else sampled with a seed drawn from `generator`. Candidates carry the
+        server's log-probabilities of their tokens, but no attention rows, hidden states or
+        sampling probabilities."""
         self.catch_up(state)
         texts = [StepText(self, spec.rules, spec.max_tokens, prior) for _ in range(spec.k)]
+        logprobs: list[list[float]] = [[] for _ in range(spec.k)]
         pending = list(range(spec.k))  # candidates whose step has not ended yet
         first = True
         while pending:
@@ -202,9 +222,10 @@ class RemoteTarget:
             done = texts[pending[0]].token_ids if not first else []
             choices = self._generate(state.ids + done, n, spec, spec.max_tokens - len(done),
                                      generator, state)
-            for i, (ids, finished) in zip(pending[:n], choices, strict=True):
-                for tok in ids:
+            for i, (ids, lps, finished) in zip(pending[:n], choices, strict=True):
+                for tok, lp in zip(ids, lps, strict=True):
                     texts[i].add(tok)
+                    logprobs[i].append(lp)
                     if texts[i].end is not None:
                         break
                 if texts[i].end is None and (finished or not ids):
@@ -212,18 +233,21 @@ class RemoteTarget:
             pending = [i for i in pending if texts[i].end is None]
             first = False
         cands = []
-        for text in texts:
+        for text, lps in zip(texts, logprobs, strict=True):
             if text.end == "budget":
                 text.trim()
             eos = text.end == "eos"
             cands.append(Candidate(token_ids=text.token_ids, text=text.text, end=text.end,
-                                   n_fed=len(text.token_ids) - eos))
+                                   n_fed=len(text.token_ids) - eos,
+                                   logprobs=lps[: len(text.token_ids)]))
         return Proposal(self, state, cands)
 
     def _generate(self, prompt: list[int], n: int, spec: SampleSpec, max_tokens: int,
-                  generator: torch.Generator, state: CacheState) -> list[tuple[list[int], bool]]:
-        """`n` continuations of `prompt`: (their token ids, whether the server stopped for a
-        reason other than a stop string, i.e. EOS or the token budget)."""
+                  generator: torch.Generator, state: CacheState
+                  ) -> list[tuple[list[int], list[float], bool]]:
+        """`n` continuations of `prompt`: (their token ids, each token's log-probability as the
+        server reports it, whether the server stopped for a reason other than a stop string, i.e.
+        EOS or the token budget)."""
         rules = spec.rules
         markers = rules.delimiters + (rules.think_close, rules.think_open) + \
             tuple(m for m in (rules.tool_open,) if m)
@@ -231,7 +255,11 @@ class RemoteTarget:
             "prompt": prompt, "n": n, "max_tokens": max(1, max_tokens), "stop": list(markers),
             "stop_token_ids": sorted(self.eos_ids), "include_stop_str_in_output": True,
             "skip_special_tokens": False, "logprobs": 0, "return_tokens_as_token_ids": True,
-            "temperature": spec.temperature, "top_p": spec.top_p if spec.temperature else 1.0}
+            "temperature": spec.temperature, "top_p": spec.top_p if spec.temperature else 1.0,
+            # the request's top-k / min-p (repetition penalties are refused for a served target:
+            # its passes return log-probs, on which the penalty's sign rule is wrong)
+            "top_k": spec.shaping.top_k if spec.shaping.top_k > 0 else -1,
+            "min_p": spec.shaping.min_p}
         if spec.temperature > 0:
             body["seed"] = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
         choices = self._complete(body, "write a step")
@@ -240,9 +268,12 @@ class RemoteTarget:
         try:
             for choice in sorted(choices, key=lambda c: int(c["index"]))[:n]:
                 ids = [_token_id(t) for t in choice["logprobs"]["tokens"]]
+                lps = [float(x) for x in choice["logprobs"]["token_logprobs"]]
+                if len(lps) != len(ids):
+                    raise ValueError(f"{len(lps)} log-probs for {len(ids)} tokens")
                 stopped_on_text = isinstance(choice.get("stop_reason"), str)
                 state.counters.decoded += len(ids)
-                out.append((ids, not stopped_on_text))
+                out.append((ids, lps, not stopped_on_text))
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise self._unexpected("write a step", err) from None
         if len(out) != n:

@@ -38,7 +38,7 @@ def load_remote_engine(cls: Any, draft: str, target_url: str, *, target_model: s
     from specguard_core.models.loading import load_model
 
     cfg = config or (make_preset(preset) if preset else SpecGuardConfig())
-    options = _draft_options(options)
+    options = draft_options(options)
     found = _local_tokenizer(target_tokenizer, strict=True) if target_tokenizer else None
     found = found or _local_tokenizer(target_model) or _local_tokenizer(draft)
     d_model: Any = None
@@ -62,7 +62,7 @@ def load_remote_engine(cls: Any, draft: str, target_url: str, *, target_model: s
                name=f"specguard:{Path(draft).name}+{remote.model_name}")
 
 
-def _draft_options(options: dict[str, Any]) -> dict[str, Any]:
+def draft_options(options: dict[str, Any]) -> dict[str, Any]:
     """`load_model`'s options for the draft: `draft_device` / `draft_dtype` override `device` /
     `dtype`; a target placement option is a ValueError (the server places the target)."""
     options = dict(options)

@@ -51,7 +51,11 @@ def next_token(target_logits: torch.Tensor, temperature: float, top_p: float,
         return int(target_logits.argmax())
     p = nucleus_probs(target_logits, temperature, top_p, shaping)  # [V]
     if draft_q is not None:
-        residual = (p - draft_q.to(p.device)).clamp_min(0.0)
+        q = draft_q.to(p.device)
+        if q.shape[-1] != p.shape[-1]:  # one tokenizer, lm_heads padded to different widths
+            w = min(q.shape[-1], p.shape[-1])  # the padding rows are no real token: mass ~0
+            q = torch.nn.functional.pad(q[:w], (0, p.shape[-1] - w))
+        residual = (p - q).clamp_min(0.0)
         if float(residual.sum()) > 0:  # p == q leaves nothing: then no token was rejectable
             p = residual / residual.sum()
     pick = torch.multinomial(p.to(generator.device)[None], 1, generator=generator)

@@ -235,6 +235,8 @@ def test_logprobs_in_chat_responses() -> None:
         rows = response.logprobs
         assert rows and all(len(row) == 1 and row[0].logprob <= 0 for row in rows)
         assert "".join(row[0].token for row in rows).strip() == response.message.content
+    with pytest.raises(ValueError, match="from chat/achat only"):
+        next(plain.stream_chat(hello, logprobs=True))
     result = engine.generate("Hello")
     assert [row[0].logprob for row in rows] == [  # each step's own values, answer tokens only
         lp for s in result.steps for tok, lp in zip(s.token_ids, s.token_logprobs, strict=True)

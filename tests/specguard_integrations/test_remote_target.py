@@ -33,3 +33,18 @@ def test_both_adapters_take_a_target_url(pair_dirs: tuple[Path, Path]) -> None:
         reply = llm.chat([ChatMessage(role="user", content="What is 3 + 4?")])
         assert isinstance(llm.engine.target, RemoteTarget)
         assert reply.message.content == message.content  # same greedy pair, same text
+
+
+def test_the_target_api_key_never_shows() -> None:
+    """A served target's key is a secret: not in repr/str/dumps of either adapter."""
+    for cls in (ChatSpecGuard, SpecGuardLLM):
+        model = cls(draft="qwen0.5b", target="http://127.0.0.1:9/v1", target_model="m",
+                    target_api_key="sk-SECRET-42")
+        assert "sk-SECRET-42" not in repr(model) and "sk-SECRET-42" not in str(model)
+        assert "sk-SECRET-42" not in str(model.model_dump())
+
+
+def test_a_target_placement_option_with_a_served_target_fails_at_construction() -> None:
+    for cls in (ChatSpecGuard, SpecGuardLLM):
+        with pytest.raises(ValueError, match=r"target_dtype places an in-process target"):
+            cls(draft="qwen0.5b", target="http://127.0.0.1:9/v1", target_dtype="float32")

@@ -147,3 +147,31 @@ def test_the_shipped_cards_are_valid_and_attention_free() -> None:
         card = VerifierCard.load(path)
         assert "grounding" not in card.features  # usable with beta = 1 (no attention capture)
         assert card.threshold is not None and card.cv["auroc_length_controlled"] > 0.7
+
+
+def test_attention_is_captured_only_for_a_verifier_that_reads_grounding(
+        tiny_pair: tuple[Any, ...], tmp_path: Path) -> None:
+    d_model, d_tok, t_model, t_tok = tiny_pair
+    path = tmp_path / "card.json"
+    card_for(d_model, d_tok).save(path)  # hidden:1 + confidence: no grounding
+    engine = SpecGuardEngine(d_model, d_tok, t_model, t_tok)
+    run = dict(beta=0.3, tau=-math.inf, max_new_tokens=8)
+    carded = engine.generate("2 + 3?", verifier=str(path), **run)
+    assert carded.steps and all(s.grounding is None for s in carded.steps)
+    paper = engine.generate("2 + 3?", verifier="paper", **run)
+    assert all(s.grounding is not None for s in paper.steps)
+    assert carded.raw_text == paper.raw_text  # capture never changes what is generated
+
+
+def test_auto_says_so_when_a_card_for_a_lookalike_model_ships(
+        tiny_pair: tuple[Any, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d_model, d_tok, t_model, t_tok = tiny_pair
+    monkeypatch.setattr(verifiers, "SHIPPED_DIR", tmp_path)
+    card = card_for(d_model, d_tok)
+    lookalike = card.model_copy(update={"model": card.model.model_copy(
+        update={"config_sha256": "0" * 64})})
+    lookalike.save(tmp_path / "lookalike.json")
+    engine = SpecGuardEngine(d_model, d_tok, t_model, t_tok)
+    with pytest.warns(UserWarning, match="same shape .* another config"):
+        result = engine.generate("2 + 3?", max_new_tokens=4, tau=-math.inf)
+    assert result.verifier == "paper"

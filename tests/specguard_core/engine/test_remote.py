@@ -65,19 +65,24 @@ def test_every_step_rejected_gives_the_in_process_targets_greedy_text(
 
 def test_sampling_on_the_server_is_seeded_by_the_request(
         tiny_pair: Any, tiny_server: tuple[FakeVLLM, str]) -> None:
-    """temperature > 0: the k-sample fallback asks for n=k seeded samples (one call), and the
-    speculative fallback samples over the server's top K; the same seed gives the same text."""
+    """temperature > 0: the sample fallback asks for a seeded sample, and the speculative
+    fallback samples over the server's top K; the same seed gives the same text."""
     fake, url = tiny_server
     _, remote = _engines(tiny_pair, url)
     sample = {"temperature": 0.9, "top_p": 0.95, "tau": math.inf, "seed": 7}
     fake.requests.clear()
-    first = remote.generate(QUESTION, fallback="sample", fallback_k=3, **sample)
+    first = remote.generate(QUESTION, fallback="sample", fallback_k=1, top_k=5, min_p=0.01,
+                            **sample)
     writes = [r for r in fake.requests if r["max_tokens"] > 1 or "stop" in r]
     assert {s.path for s in first.steps} == {"regenerated"} and first.usage.completion_tokens
-    assert all(r["n"] == 3 and isinstance(r["seed"], int) and r["temperature"] == 0.9
-               and r["repetition_penalty"] == 1.0 for r in writes[:1])
-    assert remote.generate(QUESTION, fallback="sample", fallback_k=3, **sample).raw_text == \
-        first.raw_text
+    assert all(r["n"] == 1 and isinstance(r["seed"], int) and r["temperature"] == 0.9
+               and r["repetition_penalty"] == 1.0 and r["top_k"] == 5 and r["min_p"] == 0.01
+               for r in writes[:1])  # the request's top-k and min-p reach the server
+    assert remote.generate(QUESTION, fallback="sample", fallback_k=1, top_k=5, min_p=0.01,
+                           **sample).raw_text == first.raw_text
+    # the server's log-probabilities of the tokens it wrote are the step's
+    assert all(len(s.token_logprobs) == len(s.token_ids) and all(
+        lp is not None and lp <= 0 for lp in s.token_logprobs) for s in first.steps)
     spec = remote.generate(QUESTION, fallback="speculative", **sample)
     assert {s.path for s in spec.steps} == {"target-verified"} and spec.usage.completion_tokens
     assert remote.generate(QUESTION, fallback="speculative", **sample).raw_text == spec.raw_text
@@ -202,6 +207,10 @@ def test_what_a_remote_target_cannot_do_is_refused(
     _, remote = _engines(tiny_pair, tiny_server[1])
     with pytest.raises(InputError, match="scoring_model='draft'"):
         remote.generate(QUESTION, scoring_model="target")
+    with pytest.raises(InputError, match="repetition_penalty needs the target's raw logits"):
+        remote.generate(QUESTION, repetition_penalty=1.2)
+    with pytest.raises(InputError, match="fallback_k=4 samples from a served target"):
+        remote.generate(QUESTION, fallback="sample", fallback_k=4)
     with pytest.raises(ValueError, match="must start with http"):
         RemoteTarget("127.0.0.1:8000/v1", "m", tiny_pair[3], context_window=10)
     with pytest.raises(ValueError, match="target_model applies to a target served over HTTP"):

@@ -78,3 +78,14 @@ def test_ratio_rejects_what_the_target_is_sure_against() -> None:
     assert typical_accept(logits, [0], 0.09, 0.3, ratio=1.0)  # the argmax always passes
     flat = torch.tensor([[0.3, 0.25, 0.25, 0.2]]).log()  # unsure: near-equal alternatives pass
     assert typical_accept(flat, [3], 0.09, 0.3, ratio=0.3)
+
+
+def test_the_residual_works_across_padded_vocabulary_widths() -> None:
+    """Qwen2.5 0.5B pads its lm_head to 151,936 rows, 7B and up to 152,064: the draft's q and the
+    target's p differ in width; the residual is taken over the shared tokens."""
+    gen = torch.Generator().manual_seed(0)
+    target = torch.tensor([2.0, 1.0, 0.0, -30.0, -30.0])  # wider target, padding rows ~0
+    q = torch.tensor([1.0, 0.0, 0.0])  # the draft put everything on token 0
+    picks = {next_token(target, 1.0, 1.0, gen, q) for _ in range(50)}
+    assert picks and 0 not in picks and picks <= {1, 2}  # the residual excludes token 0
+    assert next_token(target[:3], 1.0, 1.0, gen, torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])) != 0
