@@ -2,7 +2,8 @@
 
 - `PairSettings`: the in-process draft/target pair (shared by the bench and `calibrate`).
 - `ServedTarget`: a target on a vLLM server (`--target-url`); the method `specguard-remote` runs
-  the balanced preset on a second engine built around it (`load_served_engine`: the same draft,
+  the balanced preset on a second engine built around it (`load_engine(settings, served)`: the
+  same draft,
   loaded again), while every other method keeps the in-process pair.
 - `Engines`: both, each loaded the first time a method needs it.
 """
@@ -63,37 +64,23 @@ def base_config(sets: Mapping[str, Any]) -> SpecGuardConfig:
     return SpecGuardConfig().merged(**{k: v for k, v in sets.items() if "." not in k})
 
 
-def load_engine(settings: PairSettings) -> Any:
+def load_engine(settings: PairSettings, served: ServedTarget | None = None) -> Any:
     """SpecGuardEngine.from_pretrained for the pair that `settings` name (cached registry names
-    resolve offline), with the unscoped `--set` overrides as the engine's config."""
-    from specguard_core import EngineConfig, SpecGuardEngine
-
-    return SpecGuardEngine.from_pretrained(
-        settings.draft,
-        settings.target,
-        device=settings.device,
-        dtype=settings.dtype,
-        progress=settings.progress,
-        config=base_config(settings.sets),
-        engine_config=EngineConfig(heterogeneous=settings.heterogeneous),
-    )
-
-
-def load_served_engine(settings: PairSettings, served: ServedTarget) -> Any:
-    """The engine of `specguard-remote`: the same draft, loaded again with the same placement and
+    resolve offline), with the unscoped `--set` overrides as the engine's config. With `served`
+    (the engine of `specguard-remote`): the same draft, loaded again with the same placement and
     config, and the target on the vLLM server `served` names (the server is asked, and its
     tokenizer checked, before the draft loads)."""
     from specguard_core import EngineConfig, SpecGuardEngine
 
     return SpecGuardEngine.from_pretrained(
         settings.draft,
-        served.url,
+        served.url if served else settings.target,
         device=settings.device,
         dtype=settings.dtype,
         progress=settings.progress,
         config=base_config(settings.sets),
         engine_config=EngineConfig(heterogeneous=settings.heterogeneous),
-        **served.options(),
+        **(served.options() if served else {}),
     )
 
 
@@ -112,7 +99,7 @@ class Engines:
             if self.remote is None:
                 if self.served is None:
                     raise ValueError(f"{REMOTE_METHOD} needs a served target (--target-url)")
-                self.remote = load_served_engine(self.settings, self.served)
+                self.remote = load_engine(self.settings, self.served)
             return self.remote
         if self.local is None:
             self.local = load_engine(self.settings)
