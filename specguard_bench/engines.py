@@ -3,8 +3,7 @@
 - `PairSettings`: the in-process draft/target pair (shared by the bench and `calibrate`).
 - `ServedTarget`: a target on a vLLM server (`--target-url`); the method `specguard-remote` runs
   the balanced preset on a second engine built around it (`load_engine(settings, served)`: the
-  same draft,
-  loaded again), while every other method keeps the in-process pair.
+  same draft, loaded again), while every other method keeps the in-process pair.
 - `Engines`: both, each loaded the first time a method needs it.
 """
 
