@@ -6,9 +6,9 @@
 # MATH-500 3, then 10 / 5, 20 / 10, N_GSM8K / N_MATH), so a run stopped early covers both; the
 # paper preset and its SD-fallback variant come last, on GSM8K only (the paper preset alone would
 # take hours on a CPU at MATH's 800 tokens).
-#   GSM8K 0..N_GSM8K-1:   target, token-sd, draft, specguard-balanced, specguard-balanced-strict, specguard-fast
+#   GSM8K 0..N_GSM8K-1:   target, token-sd, draft, specguard-balanced, specguard-fast
 #                         (fast = the learned verifier card), then specguard-paper, specguard-paper-sd
-#   MATH-500 0..N_MATH-1: the same six
+#   MATH-500 0..N_MATH-1: the same five
 # Caps: GSM8K 400 new tokens (comparable with benchmarks/results/gsm8k); MATH-500 800 (at 400 the
 # target was cut on 14 of 20).
 # CPU: set CORE=N to pin the run to one core with one torch thread (other jobs then cannot
@@ -24,7 +24,7 @@ TAG=${TAG:-$DEVICE}
 pin=()
 if [ -n "${CORE:-}" ]; then pin=(taskset -c "$CORE"); export OMP_NUM_THREADS=1; fi
 common=(--bounds benchmarks/bounds-qwen2.5-coder-0.5b.json --device "$DEVICE" --dtype bfloat16 --no-progress "$@")
-main_methods=target,token-sd,draft,specguard-balanced,specguard-balanced-strict,specguard-fast
+main_methods=target,token-sd,draft,specguard-balanced,specguard-fast
 bench() { "${pin[@]}" "$PY" -m specguard bench "$@" "${common[@]}"; }
 for stage in "5 3" "10 5" "20 10" "$N_GSM8K $N_MATH"; do
   read -r g m <<<"$stage"

@@ -9,8 +9,6 @@
   `balanced.key=value` / `fast.key=value` for one preset).
 - `specguard-paper-sd`: the paper preset with the speculative fallback (`fallback="speculative"`)
   instead of its k-sample fallback; `paper.key=value` overrides apply to it too.
-- `specguard-balanced-strict`: balanced with `typical_ratio=0.3` in its target check;
-  `balanced.key=value` overrides apply to it too.
 - `specguard-remote` (only with a served target, `--target-url`): the balanced preset run by a
   second engine whose target is on a vLLM server; `balanced.key=value` overrides apply to it too.
 
@@ -32,13 +30,10 @@ if TYPE_CHECKING:  # torch and transformers load only when a method runs (`specg
     from transformers import GenerationConfig
 
 METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-paper", "specguard-paper-sd",
-                             "specguard-balanced", "specguard-balanced-strict", "specguard-fast")
+                             "specguard-balanced", "specguard-fast")
 # method variants: a preset with fixed changes (applied before the user's overrides)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "paper-sd": ("paper", {"fallback": "speculative"}),
-    # balanced whose target check also needs p >= 0.3 * the target's top probability: a wrong
-    # digit the target gives 0.13 beside 0.85 no longer passes (slower: more failed checks)
-    "balanced-strict": ("balanced", {"typical_ratio": 0.3}),
 }
 # the method of a served target: not in METHODS (it needs --target-url) nor in VARIANTS (which is
 # part of every run's fingerprint, so runs stored before it existed still resume)

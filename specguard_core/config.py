@@ -215,12 +215,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # k-sample target fallback with the same selector
     "paper": dict(k=16, temperature=0.7, top_p=0.8, beta=0.3, tau=0.7, fallback="sample",
                   fallback_k=16, verifier="paper"),
-    # hold the target's accuracy at the lowest latency: one greedy draft candidate, every step
-    # checked by one target pass with a lenient typical acceptance (eps 0.03, delta 0.1: on the
-    # GSM8K tuning slice 0.79x the per-token time of Medusa's 0.09/0.3, same answers), rejected
-    # steps finished by the speculative fallback. See benchmarks/RESULTS.md "Tuning the presets".
+    # hold the target's accuracy: one greedy draft candidate, every step checked by one target
+    # pass, rejected steps finished by the speculative fallback. The check is typical acceptance
+    # (eps 0.03, delta 0.1) plus typical_ratio 0.3: a token the target gives less than 0.3 of its
+    # top token's probability fails, which stops wrong digits that Medusa's bound alone let through
+    # (GSM8K problem 0: "= 10" at p 0.13 beside "9" at 0.85). See benchmarks/RESULTS.md.
     "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, tau_accept=math.inf,
-                     tau_reject=-math.inf, typical_eps=0.03, typical_delta=0.1,
+                     tau_reject=-math.inf, typical_eps=0.03, typical_delta=0.1, typical_ratio=0.3,
                      fallback="speculative", fallback_k=1),
     # latency-first: draft steps the verifier is confident in are kept without the target (the
     # learned card's P(correct) >= 0.87, its 95%-precision threshold on human-labelled steps; where
