@@ -43,7 +43,7 @@ from specguard_bench.harness import (
 )
 from specguard_bench.methods import MethodOutput, check_methods, preset_of
 from specguard_bench.metrics import ProblemRow, fmt_cell
-from specguard_bench.store import append_json, check_resume
+from specguard_bench.store import append_json, check_resume, load_jsonl
 from specguard_core.config import NormBounds
 
 ROUNDS, RUN = "concurrency.jsonl", "concurrency-run.json"
@@ -159,18 +159,7 @@ def run_round(engine: Any, method: str, problems: Sequence[Problem], concurrency
 
 def load_rounds(path: Path) -> list[Round]:
     """The rounds stored in `path` ([] if missing; a truncated last line is skipped)."""
-    if not path.exists():
-        return []
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    rounds = []
-    for i, line in enumerate(lines):
-        try:
-            rounds.append(Round.from_dict(json.loads(line)))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise ValueError(f"{path}:{i + 1} is not valid JSON") from None
-    return rounds
+    return load_jsonl(path, Round.from_dict)
 
 
 def run_concurrency(settings: BenchSettings, levels: Sequence[int], engine: Any = None,

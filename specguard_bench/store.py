@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from specguard_bench.data import Problem
 from specguard_bench.metrics import ProblemRow
+
+T = TypeVar("T")
 
 RESULTS, RUN = "results.jsonl", "run.json"
 
@@ -24,22 +26,28 @@ class ResumeMismatch(RuntimeError):
 
 
 def load_rows(path: Path) -> list[ProblemRow]:
-    """Rows of a results JSONL file ([] if missing). A truncated last line (a run killed while
-    writing) is skipped; any other bad line raises ValueError."""
+    """Rows of a results JSONL file ([] if missing); see `load_jsonl`."""
+    return load_jsonl(path, ProblemRow.from_dict)
+
+
+def load_jsonl(path: Path, parse: Callable[[dict[str, Any]], T]) -> list[T]:
+    """`parse` of each line of a JSONL file ([] if missing; blank lines skipped). A truncated last
+    line (a run killed while writing) is skipped; any other bad line raises ValueError."""
     if not path.exists():
         return []
     lines = path.read_text().splitlines()
-    rows = []
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    out = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            rows.append(ProblemRow.from_dict(json.loads(line)))
+            out.append(parse(json.loads(line)))
         except json.JSONDecodeError:
-            if i == len(lines) - 1:
+            if i == last:
                 break
             raise ValueError(f"{path}:{i + 1} is not valid JSON") from None
-    return rows
+    return out
 
 
 def append_row(path: Path, row: ProblemRow) -> None:
