@@ -118,6 +118,12 @@ class SpecGuardConfig(BaseModel):
     typical_ratio: float = Field(0.0, ge=0.0, le=1.0, description="target check: each token also "
                                  "needs p >= typical_ratio * the target's top probability (0: "
                                  "Medusa's bound alone; 1: the target's argmax only)")
+    check_tokens: int = Field(0, ge=0, le=256, description="target check while the draft writes "
+                              "(k=1, tau_accept=+inf, speculative fallback): check after every "
+                              "check_tokens unchecked draft tokens and stop the draft at the first "
+                              "refused one (0: check each step once it is written)")
+    check_below: float = Field(0.0, ge=0.0, le=1.0, description="with check_tokens: also check right "
+                               "after a draft token the draft itself gave less than this probability")
     sd_draft_tokens: int = Field(5, ge=1, le=64, description="speculative fallback: tokens the "
                                  "draft proposes per target pass at first (+2 if all kept, -1 if not)")
     sd_max_draft_tokens: int = Field(16, ge=1, le=64)

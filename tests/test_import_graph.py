@@ -29,7 +29,7 @@ CORE_LAYERS = {
     "specguard_core.engine.speculative": 4, "specguard_core.engine.target": 4,
     "specguard_core.engine.remote": 4, "specguard_core.engine.remote_load": 5,
     "specguard_core.engine.request": 5, "specguard_core.engine.fallback": 5,
-    "specguard_core.engine.stream": 5,
+    "specguard_core.engine.stream": 5, "specguard_core.engine.check": 5,
     "specguard_core.engine.loop": 6, "specguard_core.engine.aio": 6,
     "specguard_core.engine": 7,  # the package's lazy re-exports
     "specguard_core.testing": 8,

@@ -65,6 +65,14 @@ class TentativePass:
         """Roll all of `ids` back: the cache holds the committed prefix again."""
         self.handle.drop_uncommitted(self.state)
 
+    def extend(self, ids: list[int]) -> None:
+        """Feed `ids` after this pass's tokens, still uncommitted (an in-process model only): `ids`
+        and `logits` grow as if one pass had fed all of them."""
+        handle = self.handle
+        if not isinstance(handle, ModelHandle):
+            raise TypeError(f"{type(handle).__name__} passes cannot be extended")
+        handle.try_more(self, ids)
+
 
 class ModelHandle:
     """Wraps one causal LM. `name` is for traces; `eos_ids` end generation."""
@@ -184,6 +192,14 @@ class ModelHandle:
         else:
             logits = torch.cat([first, rows])  # [T+1, V]
         return TentativePass(self, state, list(ids), logits, out)
+
+    def try_more(self, tpass: TentativePass, ids: list[int]) -> None:
+        """Grow the tentative pass `tpass` by `ids` in one forward (see `TentativePass.extend`)."""
+        if not ids:
+            return
+        out = self.forward(tpass.state, torch.tensor([ids]), all_logits=True, tentative=True)
+        tpass.ids = tpass.ids + list(ids)
+        tpass.logits = torch.cat([tpass.logits, out.logits[0]])  # [T+T'+1, V]
 
     def unwind(self, state: CacheState, n_tokens: int) -> None:
         """Forget the last `n_tokens` committed tokens, the pending (not yet encoded) ones first."""

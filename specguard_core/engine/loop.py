@@ -30,6 +30,7 @@ from specguard_core.engine.chat import (
     render_prompt,
     required_tool,
 )
+from specguard_core.engine.check import GrowingCheck
 from specguard_core.engine.fallback import generated, regenerate, speculate
 from specguard_core.engine.formats import ResponseFormat
 from specguard_core.engine.handle import ModelHandle, TentativePass
@@ -59,6 +60,12 @@ class Phases(dict[str, float]):
             yield
         finally:
             self[name] = self.get(name, 0.0) + time.perf_counter() - t0
+
+    def move(self, seconds: float, src: str, dst: str) -> None:
+        """Count `seconds` timed inside phase `src` as phase `dst`'s."""
+        if seconds:
+            self[src] = self.get(src, 0.0) - seconds
+            self[dst] = self.get(dst, 0.0) + seconds
 
 
 class SpecGuardEngine:
@@ -255,9 +262,12 @@ class SpecGuardEngine:
         timed = Phases()
         with timed("catch_up"):
             self.draft.catch_up(req.draft)
+        growing = self._growing_check(req)
         with timed("propose"):
             proposal = propose(self.draft, req.draft, self._draft_spec(req, selector),
-                               req.generator, check=req.check)
+                               req.generator, check=req.check, watch=growing)
+        if growing is not None:  # its passes ran inside the proposal
+            timed.move(growing.seconds, "propose", "target_check")
         with timed("select"):
             pick = selector.select(proposal.candidates)
         draft_step = proposal.candidates[pick]
@@ -265,15 +275,20 @@ class SpecGuardEngine:
         with timed("score"):
             verdict, tpass = self._score(req, draft_step, kind[0])
         path: StepPath | None = "kept" if verdict.route == "keep" else None
-        passed = 0  # leading draft tokens the target's check passed
+        passed = judged = 0  # leading draft tokens the target's check passed
+        if growing is not None:  # the target judged the step as the draft wrote it
+            with timed("target_check"):
+                tpass, judged = growing.finish(draft_step.token_ids, draft_step.n_fed)
+            if draft_step.end == "refused":  # unfinished: only the target's refusal counts
+                verdict = replace(verdict, route="check")
         if verdict.route == "check":
             with timed("target_check"):
                 tpass = tpass or self._target_pass(req, draft_step)
                 checked = self._checked_ids(draft_step, tpass)
-                passed = typical_prefix(tpass.logits, checked, cfg.typical_eps,
-                                        cfg.typical_delta, Shaping.of(cfg), req.target.ids,
-                                        cfg.typical_ratio)
-                if passed == len(checked):
+                passed = judged if growing is not None else typical_prefix(
+                    tpass.logits, checked, cfg.typical_eps, cfg.typical_delta, Shaping.of(cfg),
+                    req.target.ids, cfg.typical_ratio)
+                if passed == len(checked) and draft_step.end != "refused":
                     path = "target-checked"
                 else:
                     verdict = replace(verdict, reason="the target's check failed")
@@ -283,6 +298,19 @@ class SpecGuardEngine:
             with timed("fallback"):
                 step = self._fall_back(req, proposal, pick, selector, tpass, passed)
         return req.commit(step, verdict, timed, draft_step.text)
+
+    def _growing_check(self, req: Request) -> GrowingCheck | None:
+        """A check of the draft's step while it is written, when configured (`check_tokens`) and
+        when every step goes to the target check anyway: one candidate, `tau_accept` = +inf, a
+        speculative fallback to finish a refused step, the same vocabulary and an in-process
+        target, no forced tool call."""
+        cfg = req.cfg
+        forced = req.required is not None and not req.in_think
+        if (cfg.check_tokens == 0 or cfg.k != 1 or cfg.thresholds[0] != math.inf
+                or cfg.fallback != "speculative" or cfg.scoring_model != "draft" or forced
+                or not self.same_vocab or not isinstance(self.target, ModelHandle)):
+            return None
+        return GrowingCheck(self.target, req.target, cfg)
 
     def _draft_spec(self, req: Request, selector: Selector) -> SampleSpec:
         cfg = req.cfg

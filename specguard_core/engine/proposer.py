@@ -26,7 +26,7 @@ from specguard_core.engine.steps import StepRules, step_end
 if TYPE_CHECKING:
     from specguard_core.engine.target import Target
 
-EndReason = Literal["boundary", "eos", "budget"]
+EndReason = Literal["boundary", "eos", "budget", "refused"]  # refused: a watcher stopped it early
 Added = Literal["fed", "eos", "before"]
 
 
@@ -153,10 +153,15 @@ class Proposal:
 
 def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
             generator: torch.Generator, prior: str = "",
-            check: Callable[[], None] | None = None) -> Proposal:
+            check: Callable[[], None] | None = None,
+            watch: Callable[[list[int], list[float]], bool] | None = None) -> Proposal:
     """Sample `spec.k` candidate steps after `state`'s prefix; `prior` is committed text that belongs
     to this step (a forced prefix). Leaves `state` forked: end the `Proposal` with keep or discard.
-    `check()` runs before every decode step and may raise to stop the request mid-step."""
+    `check()` runs before every decode step and may raise to stop the request mid-step.
+    `watch(token_ids, logprobs)` (k == 1 only) sees the unfinished step after each fed token; when it
+    returns True the step stops there, unfinished, with `end == "refused"`."""
+    if watch is not None and spec.k != 1:
+        raise ValueError(f"a watched proposal has one candidate, got k={spec.k}")
     k, n0, dev = spec.k, len(state.ids), handle.device
     logits = handle.next_logits(state).unsqueeze(0).expand(k, -1)  # [k, V]
     handle.fork(state, k)
@@ -217,6 +222,9 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
                 whole_logits[i] = logits[i]
             if c.end is not None:
                 c.next_logits = logits[i]
+        if watch is not None and cands[0].end is None and watch(texts[0].token_ids,
+                                                                cands[0].logprobs):
+            cands[0].end, cands[0].next_logits = "refused", logits[0]
         if all(c.end is not None for c in cands):
             break
     rows = _square(att_rows, k, len(spec.capture_layers or ()), dev)  # [k, L, T, T] or None

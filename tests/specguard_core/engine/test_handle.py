@@ -40,3 +40,25 @@ def test_captured_rows_equal_eager_attention(tiny_pair: tuple[Any, Any, Any, Any
     for i, layer in enumerate(sorted(layers)):
         expected = eager[layer][0].mean(dim=0)[15:]  # heads averaged, rows of the last 8 tokens
         torch.testing.assert_close(recorder.stacked()[0, i], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_an_extended_tentative_pass_equals_one_pass(tiny_pair: tuple[Any, Any, Any, Any]) -> None:
+    _, _, target, tok = tiny_pair
+    handle = ModelHandle(target, tok)
+    ids = list(range(5, 30))
+    one, grown = handle.new_state(), handle.new_state()
+    for state in (one, grown):
+        state.pending = ids[:10]
+    whole = handle.try_tokens(one, ids[10:])
+    tpass = handle.try_tokens(grown, ids[10:14])
+    tpass.extend(ids[14:15])
+    tpass.extend([])
+    tpass.extend(ids[15:])
+    assert tpass.ids == whole.ids
+    torch.testing.assert_close(tpass.logits, whole.logits, rtol=1e-4, atol=1e-4)  # [T+1, V]
+    tpass.keep(7)  # commits a prefix; the rest of the cache rolls back
+    assert grown.ids == ids[:17] and grown.cache is not None
+    assert grown.cache.get_seq_length() == 17
+    handle.extend(grown, ids[17:])
+    assert grown.logits is not None
+    torch.testing.assert_close(grown.logits, whole.logits[-1], rtol=1e-4, atol=1e-4)

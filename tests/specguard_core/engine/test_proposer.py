@@ -1,10 +1,17 @@
-"""`sample_tokens`: the shortlist path draws from the exact nucleus distribution (statistical test)."""
+"""`sample_tokens`: the shortlist path draws from the exact nucleus distribution (statistical test);
+a watched proposal stops where its watcher says."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import torch
 
+from specguard_core.engine.handle import ModelHandle
+from specguard_core.engine.proposer import SampleSpec, propose
 from specguard_core.engine.sampling import nucleus_probs, sample_tokens, sample_with_probs
+from specguard_core.engine.steps import StepRules
 from tests.specguard_core.engine.stats_helpers import chi_square_p
 
 
@@ -36,3 +43,21 @@ def test_full_sort_fallback_and_reported_probabilities() -> None:
     assert torch.allclose(probs, exact[tokens].float(), rtol=1e-3)
     greedy, ones = sample_with_probs(_logits()[None], 0.0, 1.0, torch.Generator())
     assert int(greedy) == int(_logits().argmax()) and float(ones) == 1.0
+
+
+def test_a_watched_proposal_has_one_candidate(tiny_pair: tuple[Any, Any, Any, Any]) -> None:
+    draft, tok, _, _ = tiny_pair
+    handle = ModelHandle(draft, tok)
+    state = handle.new_state()
+    handle.extend(state, list(range(5, 12)))
+    rules = StepRules.for_tokenizer(tok, ("\n\n",))
+    with pytest.raises(ValueError, match="one candidate"):
+        propose(handle, state, SampleSpec(2, 0.0, 1.0, 8, rules), torch.Generator(),
+                watch=lambda ids, lps: False)
+    seen: list[int] = []
+    proposal = propose(handle, state, SampleSpec(1, 0.0, 1.0, 8, rules), torch.Generator(),
+                       watch=lambda ids, lps: seen.append(len(ids)) or len(ids) == 3)
+    cand = proposal.candidates[0]
+    assert cand.end == "refused" and len(cand.token_ids) == cand.n_fed == 3 and seen == [1, 2, 3]
+    proposal.keep(0)
+    assert len(state.ids) == 10

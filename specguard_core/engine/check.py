@@ -1,0 +1,79 @@
+"""The target's check of a draft step while the draft writes it.
+
+Checking a step only once it is written wastes every draft token after the first one the target
+refuses (on the default pair most checked steps fail, after about 60 wasted tokens each). A
+`GrowingCheck` watches the draft's proposal (`propose(..., watch=...)`): after every
+`check_tokens` unchecked tokens, or right after a token the draft gave less than `check_below`
+probability, the target's tentative pass over the step grows by the new tokens
+(`TentativePass.extend`, one forward) and judges them with the same typical acceptance as the
+whole-step check; at the first refused token the draft stops. The verdicts equal the whole-step
+check's: the rows are the same target's, fed in pieces.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from specguard_core.config import SpecGuardConfig
+from specguard_core.engine.handle import CacheState, ModelHandle, TentativePass
+from specguard_core.engine.sampling import Shaping
+from specguard_core.engine.speculative import typical_prefix
+
+
+@dataclass
+class GrowingCheck:
+    """Watches one draft step (k=1, same vocabulary, an in-process target). `passed` leading step
+    tokens passed the target's check; `checked` were judged; `seconds` spent in the target's
+    passes. Call `finish` when the proposal ends to judge the rest and get the pass."""
+
+    target: ModelHandle
+    state: CacheState  # the target's, for this request
+    cfg: SpecGuardConfig
+    tpass: TentativePass | None = None
+    checked: int = 0
+    passed: int = 0
+    passes: int = 0
+    seconds: float = field(default=0.0)
+
+    def __call__(self, token_ids: list[int], logprobs: list[float]) -> bool:
+        """`propose`'s watcher: True (stop the draft) once a written token was refused."""
+        new = len(token_ids) - self.checked
+        unsure = self.cfg.check_below > 0 and math.exp(logprobs[-1]) < self.cfg.check_below
+        if new < self.cfg.check_tokens and not unsure:
+            return False
+        self._judge(token_ids, len(token_ids))
+        return self.passed < self.checked
+
+    def finish(self, token_ids: list[int], n_fed: int) -> tuple[TentativePass, int]:
+        """Judge the step's remaining tokens (`n_fed` of them went through the draft; a final EOS
+        is judged, not fed): (the target's pass over the fed tokens, how many tokens passed)."""
+        if self.tpass is not None and len(self.tpass.ids) > n_fed:
+            # the proposal trimmed an unfinished character after the last check: forget its rows
+            # (the cache positions beyond them go when the pass is kept or discarded)
+            self.tpass.ids, self.tpass.logits = self.tpass.ids[:n_fed], self.tpass.logits[:n_fed + 1]
+            self.checked = self.passed = min(self.passed, n_fed)
+        if self.passed == self.checked:
+            self._judge(token_ids, n_fed)
+        assert self.tpass is not None
+        return self.tpass, min(self.passed, len(token_ids))
+
+    def _judge(self, token_ids: list[int], n_fed: int) -> None:
+        """Feed the step's unfed tokens up to `n_fed` to the target's pass and judge the
+        unjudged ones (all of `token_ids` after `checked`)."""
+        t0 = time.perf_counter()
+        fed = token_ids[len(self.tpass.ids) if self.tpass else 0: n_fed]
+        if self.tpass is None:
+            self.tpass = self.target.try_tokens(self.state, fed)
+        else:
+            self.tpass.extend(fed)
+        self.passes += 1
+        cfg, start = self.cfg, self.checked
+        new = token_ids[start:]
+        ok = typical_prefix(self.tpass.logits[start:], new, cfg.typical_eps, cfg.typical_delta,
+                            Shaping.of(cfg), self.state.ids + token_ids[:start],
+                            cfg.typical_ratio)
+        self.checked = len(token_ids)
+        self.passed = start + ok
+        self.seconds += time.perf_counter() - t0

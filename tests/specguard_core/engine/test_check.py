@@ -1,0 +1,81 @@
+"""The target check while the draft writes (`check_tokens`, `check_below`): the same output and
+paths as checking each written step, fewer wasted draft tokens, caches consistent."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specguard_core import SpecGuardConfig, SpecGuardEngine
+from specguard_core.testing import scripted_engine
+from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
+from tests.specguard_core.engine.test_engine import GREEDY, QUESTION, all_ids, reference
+from tests.specguard_core.engine.test_paths import DRAFT, SD, TARGET
+
+CHECKED = dict(tau_accept=math.inf, tau_reject=-math.inf, typical_eps=0.03, typical_delta=0.1,
+               typical_ratio=0.3)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> SpecGuardEngine:
+    pair = noisy_copy_pair(tmp_path_factory.mktemp("noisy"))
+    return SpecGuardEngine(*pair, config=SpecGuardConfig(**GREEDY, fallback="speculative"))
+
+
+def _wasted(result: object) -> int:
+    return sum(s.draft_wasted for s in result.steps)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("every, below", [(1, 0.0), (3, 0.0), (8, 0.0), (64, 0.6)])
+def test_checking_as_the_draft_writes_keeps_the_output_and_wastes_less(
+        engine: SpecGuardEngine, every: int, below: float) -> None:
+    whole = engine.generate(QUESTION, **CHECKED)
+    growing = engine.generate(QUESTION, check_tokens=every, check_below=below, **CHECKED)
+    assert all_ids(growing) == all_ids(whole)
+    assert [s.path for s in growing.steps] == [s.path for s in whole.steps]
+    assert [s.verified_prefix for s in growing.steps] == [s.verified_prefix for s in whole.steps]
+    paths = {s.path for s in whole.steps}
+    assert {"target-checked", "target-verified"} <= paths  # both outcomes exercised
+    assert _wasted(growing) < _wasted(whole)
+    assert growing.stats.target.tentative < whole.stats.target.tentative  # nor fed to the target
+    # the check's passes are timed as target_check, not as the draft's proposal
+    assert growing.stats.phase_time_s["target_check"] > 0
+
+
+def test_checking_as_the_draft_writes_with_ratio_one_is_target_greedy(
+        engine: SpecGuardEngine) -> None:
+    result = engine.generate(QUESTION, check_tokens=2, **{**CHECKED, "typical_ratio": 1.0})
+    assert all_ids(result) == reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
+
+
+def test_the_caches_hold_exactly_the_output(engine: SpecGuardEngine) -> None:
+    result = engine.generate(QUESTION, check_tokens=3, **CHECKED)
+    t, d, prompt = result.stats.target, result.stats.draft, result.usage.prompt_tokens
+    out = len([x for s in result.steps for x in s.token_ids if x not in engine.target.eos_ids])
+    held = t.prefilled + t.decoded + t.tentative - t.discarded
+    assert prompt + out - 1 <= held <= prompt + out  # its own last token may still be pending
+    assert d.prefilled <= prompt + result.usage.completion_tokens  # catch-ups only
+
+
+def test_the_draft_stops_at_the_first_refused_token() -> None:
+    engine = scripted_engine(lambda p: TARGET, lambda p: DRAFT, config=SD)
+    whole = engine.generate("Go", tau_accept=math.inf, tau_reject=-math.inf)
+    growing = engine.generate("Go", tau_accept=math.inf, tau_reject=-math.inf, check_tokens=1)
+    assert growing.raw_text == whole.raw_text == TARGET
+    step2 = growing.steps[1]
+    assert step2.path == "target-verified"
+    assert step2.verified_prefix == whole.steps[1].verified_prefix
+    # stopped at the refused digit instead of writing "1.\n\n" after it
+    assert step2.draft_wasted < whole.steps[1].draft_wasted
+
+
+def test_other_configurations_check_the_written_step(engine: SpecGuardEngine) -> None:
+    """A finite tau_accept (the target may not be needed) or k > 1 (the selector needs whole
+    steps) ignores check_tokens: same output, same number of target passes."""
+    for extra in (dict(tau_accept=0.5, tau_reject=0.2), dict(k=2)):
+        cfg = {**CHECKED, **extra}
+        a = engine.generate(QUESTION, **cfg)
+        b = engine.generate(QUESTION, check_tokens=2, **cfg)
+        assert all_ids(a) == all_ids(b)
+        assert a.stats.target_forward_passes == b.stats.target_forward_passes
