@@ -124,6 +124,10 @@ class SpecGuardConfig(BaseModel):
                               "refused one (0: check each step once it is written)")
     check_below: float = Field(0.0, ge=0.0, le=1.0, description="with check_tokens: also check right "
                                "after a draft token the draft itself gave less than this probability")
+    fallback_acceptance: Literal["exact", "typical"] = Field(
+        "exact", description="speculative fallback, greedy: keep the drafted tokens equal to the "
+        "target's argmax (exact: the target's greedy text), or also those that pass the target "
+        "check's typical acceptance (typical_eps, typical_delta, typical_ratio)")
     sd_draft_tokens: int = Field(5, ge=1, le=64, description="speculative fallback: tokens the "
                                  "draft proposes per target pass at first (+2 if all kept, -1 if not)")
     sd_max_draft_tokens: int = Field(16, ge=1, le=64)

@@ -7,6 +7,9 @@
   prefix it agrees with plus its own next token; then the draft proposes `req.draft_run` tokens
   from its persistent cache and the target verifies them in one pass, until the step ends. The run
   length adapts as transformers' assisted generation does (+2 when all were kept, -1 otherwise).
+  Greedy with `fallback_acceptance="typical"`, a drafted token is also kept when it passes the
+  target check's typical acceptance (the same rule as `target-checked` steps; not the target's
+  greedy text any more).
 
 Both end with each cache holding the committed ids (or with them pending), never re-encoding.
 """
@@ -23,7 +26,7 @@ from specguard_core.engine.proposer import Proposal, SampleSpec, StepText
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.sampling import Shaping, nucleus_probs, sample_with_probs
 from specguard_core.engine.selector import Selector
-from specguard_core.engine.speculative import accepted_prefix, next_token
+from specguard_core.engine.speculative import accepted_prefix, next_token, typical_prefix
 from specguard_core.engine.target import Target, write_step
 
 Convert = Callable[[list[int], Target, Target], list[int]]
@@ -103,6 +106,9 @@ def speculate(draft: ModelHandle, target: Target, req: Request, proposal: Propos
         tpass = target.try_tokens(req.target, feed)
         p_rows = shaping.penalise_rows(tpass.logits, req.target.ids, toks)  # [T+1, V]
         m = accepted_prefix(p_rows, toks, q_x, temp, top_p, gen, shaping)
+        if temp == 0 and cfg.fallback_acceptance == "typical":
+            m = max(m, typical_prefix(tpass.logits, toks, cfg.typical_eps, cfg.typical_delta,
+                                      shaping, req.target.ids, cfg.typical_ratio))
         grow = m == len(toks)
         req.draft_run = min(cfg.sd_max_draft_tokens, req.draft_run + 2) if grow else \
             max(1, req.draft_run - 1)

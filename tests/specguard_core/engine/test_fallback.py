@@ -195,3 +195,22 @@ def test_checking_every_step_with_ratio_one_is_the_targets_greedy_text(
     lenient = engine.generate(QUESTION, typical_eps=0.0, typical_delta=0.0, **checked)
     assert all(s.path == "target-checked" for s in lenient.steps)  # a bound of 0 passes all
     assert all_ids(lenient) == reference(engine.draft.model, engine.prompt_ids(QUESTION), 48)
+
+
+def test_typical_acceptance_in_the_fallback_keeps_more_draft_tokens(
+        engine: SpecGuardEngine) -> None:
+    """fallback_acceptance="typical" keeps drafted tokens the target's check would pass: with
+    ratio 1 that is its argmax alone (the target's greedy text again); with Medusa's bound the
+    fallback keeps more draft tokens per target pass than exact acceptance does."""
+    checked = dict(tau_accept=math.inf, tau_reject=-math.inf, typical_eps=0.03,
+                   typical_delta=0.1, typical_ratio=0.3)
+    target = reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
+    strict = engine.generate(QUESTION, fallback_acceptance="typical",
+                             **{**checked, "typical_ratio": 1.0})
+    assert all_ids(strict) == target
+    exact = engine.generate(QUESTION, **checked)
+    typical = engine.generate(QUESTION, fallback_acceptance="typical", **checked)
+    verified = [s for s in typical.steps if s.path == "target-verified"]
+    assert verified and all_ids(typical) != all_ids(exact)
+    per_pass = [r.stats.draft_tokens / r.stats.target_forward_passes for r in (exact, typical)]
+    assert per_pass[1] > per_pass[0]
