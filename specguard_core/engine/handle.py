@@ -118,18 +118,24 @@ class ModelHandle:
     @torch.inference_mode()
     def forward_padded(self, cache: DynamicCache, input_ids: torch.Tensor,
                        attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                       logits_to_keep: torch.Tensor) -> torch.Tensor:
+                       logits_to_keep: torch.Tensor, *, hidden: bool = False,
+                       recorder: capture.AttentionRecorder | None = None) -> Forward:
         """One forward over a padded batch (see `engine/batch.py`): `input_ids: [b, Q]` after
         `cache` (W positions per row), `attention_mask: [b, W + Q]` (1 = a real token),
         `position_ids: [b, Q]`, `logits_to_keep` as transformers reads it (`[b, k]` positions per
-        row, or a `[b, Q]` bool mask whose logits come back flattened). Returns float32 logits;
-        counters are the caller's (they are per request)."""
+        row, or a `[b, Q]` bool mask whose logits come back flattened to `[sum, V]`). Hidden
+        states and recorded attention rows cover all `[b, Q]` (resp. `[b, Q, W + Q]`) positions,
+        pads included; counters are the caller's (they are per request)."""
+        extra: dict[str, Any] = {self._cache_arg: cache}
+        if recorder is not None:
+            extra["specguard_recorder"] = recorder
         out = self.model(input_ids=input_ids.to(self.device),
                          attention_mask=attention_mask.to(self.device),
                          position_ids=position_ids.to(self.device),
                          use_cache=True, logits_to_keep=logits_to_keep.to(self.device),
-                         **{self._cache_arg: cache})
-        return out.logits.float()
+                         output_hidden_states=hidden, **extra)
+        layers = tuple(out.hidden_states) if hidden else None
+        return Forward(out.logits.float(), layers[-1] if layers else None, layers)
 
     def check_batchable(self, state: CacheState) -> None:
         """Raise ValueError unless `state` holds one local cache row (what `gather_rows` needs)."""

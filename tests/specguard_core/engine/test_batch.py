@@ -11,10 +11,12 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specguard_core.engine.batch import extend_rows, forward_rows, try_rows
+from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.handle import CacheState, ModelHandle
 
 VOCAB = 300
 ATOL = 5e-5  # logits here reach ~10: float32 rounding of differently shaped matmuls
+HIDDEN_RTOL = 1e-4  # hidden states grow through the residual stream
 
 
 class _Tok:
@@ -76,9 +78,25 @@ def test_batched_decode_and_verify_equal_solo_forwards(handle: ModelHandle) -> N
     prompts = _prompts([5, 17, 30, 9])
     new = _prompts([1, 4, 2, 7], seed=2)  # different counts of new tokens per request
     solo, batched = _states(handle, prompts), _states(handle, prompts)
-    expected = [handle.forward(s, torch.tensor([ids]), all_logits=True).logits[0]
-                for s, ids in zip(solo, new, strict=True)]
-    got = forward_rows(handle, batched, new, all_logits=True)
+    layers = frozenset({1, 2})
+    solo_rec = [AttentionRecorder(layers) for _ in solo]
+    solo_out = [handle.forward(s, torch.tensor([ids]), all_logits=True, hidden=True, recorder=r)
+                for s, ids, r in zip(solo, new, solo_rec, strict=True)]
+    batched_rec = [AttentionRecorder(layers) if i != 2 else None for i in range(len(batched))]
+    batched_out = forward_rows(handle, batched, new, all_logits=True, hidden=True,
+                               recorders=batched_rec)
+    for so, bo, sr, br in zip(solo_out, batched_out, solo_rec, batched_rec, strict=True):
+        assert bo.hidden is not None and so.hidden is not None
+        assert bo.layers is not None and so.layers is not None
+        for h_b, h_s in zip((bo.hidden, *bo.layers), (so.hidden, *so.layers), strict=True):
+            assert h_b.shape == h_s.shape  # [1, q, d]
+            torch.testing.assert_close(h_b, h_s, atol=ATOL, rtol=HIDDEN_RTOL)
+        if br is not None:
+            for layer in layers:
+                assert br.rows[layer].shape == sr.rows[layer].shape  # [1, q, n_keys]
+                torch.testing.assert_close(br.rows[layer], sr.rows[layer], atol=1e-5, rtol=0)  # probabilities
+    expected = [o.logits[0] for o in solo_out]
+    got = [o.logits[0] for o in batched_out]
     # the test can fail: the requests' logits differ from each other by far more than ATOL
     assert (expected[0][-1] - expected[1][-1]).abs().max() > 100 * ATOL
     for e, g in zip(expected, got, strict=True):
@@ -131,11 +149,19 @@ def test_try_rows_equals_try_tokens_then_keep_and_discard(handle: ModelHandle) -
         group[1].pending = [11, 12, 13]  # committed elsewhere, not yet encoded here
         handle.rollback(group[2], 13)  # logits go stale: the last token is re-fed
     drafts = _prompts([8, 3, 5], seed=4)
-    solo_passes = [handle.try_tokens(s, d) for s, d in zip(solo, drafts, strict=True)]
-    batched_passes = try_rows(handle, batched, drafts)
-    for sp, bp in zip(solo_passes, batched_passes, strict=True):
+    solo_rec = [AttentionRecorder(frozenset({2})) for _ in solo]
+    batched_rec = [AttentionRecorder(frozenset({2})) for _ in batched]
+    solo_passes = [handle.try_tokens(s, d, recorder=r, hidden=True)
+                   for s, d, r in zip(solo, drafts, solo_rec, strict=True)]
+    batched_passes = try_rows(handle, batched, drafts, hidden=True, recorders=batched_rec)
+    for sp, bp, sr, br in zip(solo_passes, batched_passes, solo_rec, batched_rec, strict=True):
         assert bp.logits.shape == sp.logits.shape == (len(sp.ids) + 1, VOCAB)
         torch.testing.assert_close(bp.logits, sp.logits, atol=ATOL, rtol=0)
+        assert bp.forward is not None and sp.forward is not None
+        assert bp.forward.hidden is not None and sp.forward.hidden is not None
+        torch.testing.assert_close(bp.forward.hidden, sp.forward.hidden, atol=ATOL,
+                                   rtol=HIDDEN_RTOL)
+        torch.testing.assert_close(br.rows[2], sr.rows[2], atol=1e-5, rtol=0)  # probabilities
     for i, keep in enumerate((3, 0, 5)):
         solo_passes[i].keep(keep)
         batched_passes[i].keep(keep) if keep else batched_passes[i].discard()
@@ -164,6 +190,8 @@ def test_bad_input_gets_a_clear_value_error() -> None:
         forward_rows(handle, [], [])
     with pytest.raises(ValueError, match="2 states but 1 lists"):
         forward_rows(handle, states, [[5]])
+    with pytest.raises(ValueError, match="as many recorders"):
+        forward_rows(handle, states, [[5], [6]], recorders=[None])
     with pytest.raises(ValueError, match="row 1 has no new tokens"):
         forward_rows(handle, states, [[5], []])
     with pytest.raises(ValueError, match="same state appears twice"):
