@@ -4,7 +4,9 @@ rolled back and caught up.
 The cache protocol, by name: `catch_up` encodes tokens committed elsewhere; `fork` repeats the
 prefix row for a batched proposal and `commit_row` / `drop_uncommitted` end it (keep one row's
 tokens, or return to the prefix); `try_tokens` feeds tokens without committing them and returns a
-`TentativePass` whose `.keep(n)` / `.discard()` commit a prefix of them or roll them back.
+`TentativePass` whose `.keep(n)` / `.discard()` commit a prefix of them or roll them back;
+`gather_rows` / `scatter_rows` lend several requests' caches to one padded forward
+(`engine/batch.py`) and hand each request its new positions back.
 
 Per-request state lives in `CacheState` (the cache of the committed prefix, its token ids, the
 next-token logits and the token counters), so one handle serves many requests.
@@ -13,11 +15,13 @@ next-token logits and the token counters), so one handle serves many requests.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from specguard_core.engine import capture
 from specguard_core.types import ModelCounters
@@ -119,6 +123,32 @@ class ModelHandle:
         last = out.hidden_states[-1] if hidden else None
         return Forward(out.logits.float(), last, tuple(out.hidden_states) if hidden else None)
 
+    @torch.inference_mode()
+    def forward_padded(self, cache: DynamicCache, input_ids: torch.Tensor,
+                       attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                       logits_to_keep: torch.Tensor, *, hidden: bool = False,
+                       recorder: capture.AttentionRecorder | None = None) -> Forward:
+        """One forward over a padded batch (see `engine/batch.py`): `input_ids: [b, Q]` after
+        `cache` (W positions per row), `attention_mask: [b, W + Q]` (1 = a real token),
+        `position_ids: [b, Q]`, `logits_to_keep` as transformers reads it (`[b, k]` positions per
+        row, or a `[b, Q]` bool mask whose logits come back flattened to `[sum, V]`). Hidden
+        states and recorded attention rows cover all `[b, Q]` (resp. `[b, Q, W + Q]`) positions,
+        pads included; counters are the caller's (they are per request)."""
+        extra: dict[str, Any] = {self._cache_arg: cache}
+        if recorder is not None:
+            extra["specguard_recorder"] = recorder
+        out = self.model(input_ids=input_ids.to(self.device),
+                         attention_mask=attention_mask.to(self.device),
+                         position_ids=position_ids.to(self.device),
+                         use_cache=True, logits_to_keep=logits_to_keep.to(self.device),
+                         output_hidden_states=hidden, **extra)
+        layers = tuple(out.hidden_states) if hidden else None
+        return Forward(out.logits.float(), layers[-1] if layers else None, layers)
+
+    def check_batchable(self, state: CacheState) -> None:
+        """Raise ValueError unless `state` holds one local cache row (what `gather_rows` needs)."""
+        _single_row(state)
+
     def extend(self, state: CacheState, ids: list[int], **kwargs: Any) -> Forward | None:
         """Catch-up: encode `ids` after the committed prefix and commit them."""
         if not ids:
@@ -208,6 +238,45 @@ class ModelHandle:
         if n_tokens > drop:
             self.rollback(state, len(state.ids) - (n_tokens - drop))
 
+    def gather_rows(self, states: Sequence[CacheState]) -> DynamicCache:
+        """A new batched cache for one padded forward: row i holds `states[i]`'s single row,
+        left-padded with zeros to the longest state's length W (`get_seq_length()` of the result).
+        The states' own caches are not changed (their tensors are copied); `scatter_rows` hands
+        them the positions the forward appends. Raises ValueError for a forked, served or
+        sliding-window cache."""
+        caches = [_full_layers(_single_row(s), self.name) for s in states]
+        batched = DynamicCache(config=self.model.config)
+        lengths = [c[0].get_seq_length() for c in caches]
+        width = max(lengths, default=0)
+        if width == 0:
+            return batched
+        for idx, layer in enumerate(_full_layers(batched, self.name)):
+            src = [_tensors(c[idx]) if n else None for c, n in zip(caches, lengths, strict=True)]
+            like = next(kv[0] for kv in src if kv is not None)  # [1, h, n, d]
+            keys = like.new_zeros(len(src), like.shape[1], width, like.shape[3])  # [b, h, W, d]
+            values = torch.zeros_like(keys)
+            for row, kv in enumerate(src):
+                if kv is not None:
+                    keys[row, :, width - kv[0].shape[2]:] = kv[0][0]
+                    values[row, :, width - kv[1].shape[2]:] = kv[1][0]
+            layer.lazy_initialization(keys, values)
+            layer.keys, layer.values = keys, values
+        return batched
+
+    def scatter_rows(self, batched: DynamicCache, states: Sequence[CacheState], start: int,
+                     lengths: Sequence[int]) -> None:
+        """After a padded forward on `gather_rows(states)` (W = `start` positions per row): append
+        positions `start : start + lengths[i]` of row i of `batched` (that row's new tokens) to
+        `states[i]`'s cache, as if the forward had run on that state alone. Counters are the
+        caller's."""
+        layers = _full_layers(batched, self.name)
+        for row, (state, n) in enumerate(zip(states, lengths, strict=True)):
+            cache = _single_row(state)
+            for idx, layer in enumerate(layers):
+                keys, values = _tensors(layer)  # [b, h, W + Q, d]
+                cache.update(keys[row:row + 1, :, start:start + n],
+                             values[row:row + 1, :, start:start + n], idx)
+
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -218,6 +287,28 @@ class ModelHandle:
 def _kv(state: CacheState) -> DynamicCache:
     assert state.cache is not None, "this state belongs to a served target, not a ModelHandle"
     return state.cache
+
+
+def _single_row(state: CacheState) -> DynamicCache:
+    if state.cache is None:
+        raise ValueError("a served target's state has no local cache to batch")
+    if _rows(state.cache) != 1:
+        raise ValueError("a state in the middle of a proposal (forked cache rows) cannot be batched;"
+                         " end the proposal with commit_row / drop_uncommitted first")
+    return state.cache
+
+
+def _full_layers(cache: DynamicCache, name: str) -> list[DynamicLayer]:
+    layers = list(cache.layers)
+    if any(type(layer) is not DynamicLayer for layer in layers):
+        raise ValueError(f"{name}: batched forwards support full-attention caches only (this "
+                         "model has sliding-window or other special cache layers)")
+    return cast(list[DynamicLayer], layers)
+
+
+def _tensors(layer: DynamicLayer) -> tuple[torch.Tensor, torch.Tensor]:
+    assert layer.keys is not None and layer.values is not None, "an uninitialized cache layer"
+    return layer.keys, layer.values
 
 
 def _rows(cache: DynamicCache) -> int:

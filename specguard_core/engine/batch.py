@@ -1,0 +1,185 @@
+"""One forward of a model over several requests' rows: the layer a batching scheduler builds on.
+
+Each request keeps its own single-row `CacheState`. `forward_rows` lends those caches to one padded
+forward and hands each request its new positions back, so afterwards every state is as if its
+tokens had been fed alone:
+
+    columns:  [ left pad | cached prefix of row i ][ new tokens of row i | right pad ]
+              <------------- W = longest cache ----><----------- Q = most new tokens ----->
+
+A 2-D attention mask hides the pads and explicit position ids put row i's new tokens at
+`len(cache_i) + j`; transformers combines the mask with causality by column, so a row sees exactly
+its own tokens. Right padding of the new tokens keeps every query row unmasked somewhere (a pad
+query sees its row's real tokens), so SDPA never meets a fully masked row. Logits are projected only
+for the positions asked for (`logits_to_keep` per row), never for the pads; hidden states and
+recorded attention rows are cut back to each row's own positions and keys.
+
+`extend_rows` and `try_rows` are the batched `ModelHandle.extend` / `ModelHandle.try_tokens`.
+The cache copying lives in `ModelHandle.gather_rows` / `scatter_rows`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from specguard_core.engine.capture import AttentionRecorder
+from specguard_core.engine.handle import CacheState, Forward, ModelHandle, TentativePass
+
+PAD_ID = 0  # any valid token id: pad columns are masked out and their outputs dropped
+
+
+def forward_rows(handle: ModelHandle, states: Sequence[CacheState],
+                 new_ids: Sequence[Sequence[int]], *, all_logits: bool = False,
+                 hidden: bool = False,
+                 recorders: Sequence[AttentionRecorder | None] | None = None,
+                 tentative: bool = False) -> list[Forward]:
+    """Feed `new_ids[i]` after what `states[i].cache` holds, for every i, in one forward.
+
+    Returns, per row, the `Forward` a solo `handle.forward(states[i], [new_ids[i]], ...)` would:
+    `logits: [1, q, V]` float32 (q = 1, the last position, unless `all_logits`: then all
+    `len(new_ids[i])` positions), with `hidden` the last hidden state and every layer's
+    `[1, len(new_ids[i]), d]`; `recorders[i]` (if given) receives that row's attention rows
+    `[1, len(new_ids[i]), n_keys]`. Each cache grows by its row's tokens; `ids`/`logits` are not
+    touched. Counters count per request as a solo forward would. Raises ValueError for no rows,
+    mismatched lengths, an empty row, or a cache that cannot be batched (forked, served,
+    sliding-window)."""
+    if not states:
+        raise ValueError("forward_rows: no rows given (pass at least one state and its new ids)")
+    if len(states) != len(new_ids) or (recorders is not None and len(recorders) != len(states)):
+        raise ValueError(f"forward_rows: {len(states)} states but {len(new_ids)} lists of new ids"
+                         " (and as many recorders, if any); pass one of each per state")
+    if len({id(s) for s in states}) != len(states):
+        raise ValueError("forward_rows: the same state appears twice; give each request one row")
+    lengths = [len(ids) for ids in new_ids]
+    if min(lengths) == 0:
+        raise ValueError(f"forward_rows: row {lengths.index(0)} has no new tokens; leave it out")
+    cache = handle.gather_rows(states)  # [b, h, W, d] per layer, rows left-padded
+    width, q = cache.get_seq_length(), max(lengths)
+    past = [s.cache.get_seq_length() if s.cache is not None else 0 for s in states]
+
+    rows = len(states)
+    input_ids = torch.full((rows, q), PAD_ID, dtype=torch.long)  # [b, Q] right-padded
+    mask = torch.zeros(rows, width + q, dtype=torch.long)  # [b, W + Q]
+    positions = torch.zeros(rows, q, dtype=torch.long)  # [b, Q]
+    for row, (ids, n, p) in enumerate(zip(new_ids, lengths, past, strict=True)):
+        input_ids[row, :n] = torch.tensor(list(ids), dtype=torch.long)
+        mask[row, width - p:width + n] = 1
+        positions[row] = torch.arange(p, p + q)  # pads continue the count; they are masked anyway
+    if all_logits:
+        keep = torch.arange(q)[None, :] < torch.tensor(lengths)[:, None]  # [b, Q] bool
+    else:
+        keep = torch.tensor(lengths)[:, None] - 1  # [b, 1] each row's last real position
+    wanted = frozenset().union(*(r.layers for r in recorders or () if r is not None))
+    shared = AttentionRecorder(wanted) if wanted else None
+
+    out = handle.forward_padded(cache, input_ids, mask, positions, keep, hidden=hidden,
+                                recorder=shared)
+    handle.scatter_rows(cache, states, width, lengths)
+    logits = out.logits.split(lengths) if all_logits else out.logits  # [q_i, V] / [b, 1, V]
+    forwards = []
+    for row, (state, n, p) in enumerate(zip(states, lengths, past, strict=True)):
+        _count(state, n, tentative)
+        layers = tuple(h[row:row + 1, :n] for h in out.layers) if out.layers else None
+        forwards.append(Forward(logits[row][None] if all_logits else logits[row:row + 1],
+                                layers[-1] if layers else None, layers))
+        recorder = recorders[row] if recorders is not None else None
+        if recorder is not None and shared is not None:
+            for layer in recorder.layers:  # [b, Q, W + Q] -> this row's [1, n, p + n]
+                recorder.rows[layer] = shared.rows[layer][row:row + 1, :n, width - p:width + n]
+    return forwards
+
+
+def extend_rows(handle: ModelHandle, states: Sequence[CacheState],
+                new_ids: Sequence[Sequence[int]]) -> list[torch.Tensor | None]:
+    """Batched `ModelHandle.extend`: encode and commit `new_ids[i]` after `states[i]`'s committed
+    prefix. Returns each row's next-token logits `[V]` (also set as `state.logits`), None for a row
+    with nothing to feed (its state is left alone)."""
+    if len(states) != len(new_ids):
+        raise ValueError(f"extend_rows: {len(states)} states but {len(new_ids)} lists of new ids")
+    fed = [i for i, ids in enumerate(new_ids) if ids]
+    out: list[torch.Tensor | None] = [None] * len(states)
+    if not fed:
+        return out
+    forwards = forward_rows(handle, [states[i] for i in fed], [new_ids[i] for i in fed])
+    for i, forward in zip(fed, forwards, strict=True):
+        states[i].ids.extend(new_ids[i])
+        states[i].logits = out[i] = forward.logits[0, -1]
+    return out
+
+
+def try_rows(handle: ModelHandle, states: Sequence[CacheState], ids: Sequence[Sequence[int]], *,
+             hidden: bool = False,
+             recorders: Sequence[AttentionRecorder | None] | None = None) -> list[TentativePass]:
+    """Batched `ModelHandle.try_tokens`: for each state, feed its pending tokens (committed) and
+    then `ids[i]` (not committed) in one shared forward; each `TentativePass` has `logits: [T+1, V]`
+    and its `forward` (hidden states, `recorders[i]`'s rows) as a solo pass would, and ends with
+    `.keep(n)` / `.discard()`. A state whose next-token logits went stale re-feeds its last
+    committed token inside the same forward (a solo `try_tokens` runs an extra forward for it;
+    that position is left out of the pass's `forward` and rows), so its counters show one more
+    tentative token and one fewer decoded one; the caches end the same."""
+    if len(states) != len(ids) or (recorders is not None and len(recorders) != len(states)):
+        raise ValueError(f"try_rows: {len(states)} states but {len(ids)} lists of ids (and as "
+                         "many recorders, if any); pass one of each per state")
+    if not states:
+        raise ValueError("try_rows: no rows given (pass at least one state and its ids)")
+    for state in states:
+        handle.check_batchable(state)  # before any state is changed
+    committed: list[list[int]] = []
+    refed: list[int] = []  # 1 where the last committed token is fed again for fresh logits
+    for state in states:
+        pending, state.pending = state.pending, []
+        stale = not pending and state.logits is None
+        if stale:
+            if not state.ids:
+                raise ValueError("try_rows: a state with no tokens and no pending tokens has no "
+                                 "next-token logits; feed its prompt first")
+            pending = [state.ids[-1]]
+            handle.rollback(state, len(state.ids) - 1)
+        committed.append(pending)
+        refed.append(int(stale))
+    feeds = [pending + list(row_ids) for pending, row_ids in zip(committed, ids, strict=True)]
+    fed = [i for i, feed in enumerate(feeds) if feed]
+    row_recorders = [recorders[i] for i in fed] if recorders is not None else None
+    forwards = dict(zip(fed, forward_rows(
+        handle, [states[i] for i in fed], [feeds[i] for i in fed], all_logits=True, hidden=hidden,
+        recorders=row_recorders, tentative=True), strict=True)) if fed else {}
+    passes = []
+    for i, (state, pending) in enumerate(zip(states, committed, strict=True)):
+        if i not in forwards:
+            assert state.logits is not None
+            passes.append(TentativePass(handle, state, [], state.logits[None], None))
+            continue
+        out = forwards[i].logits[0]  # [P+T, V]
+        if pending:
+            state.ids.extend(pending)
+            state.logits = out[len(pending) - 1]
+            logits = out[len(pending) - 1:]  # [T+1, V]
+        else:
+            assert state.logits is not None
+            logits = torch.cat([state.logits[None], out])  # [T+1, V]
+        recorder = recorders[i] if recorders is not None else None
+        forward = forwards[i] if not refed[i] else (
+            _drop_first(forwards[i], recorder) if ids[i] else None)  # as solo: no pass, no forward
+        passes.append(TentativePass(handle, state, list(ids[i]), logits, forward))
+    return passes
+
+
+def _drop_first(forward: Forward, recorder: AttentionRecorder | None) -> Forward:
+    """The forward without its first query position (a token fed again only for its logits)."""
+    if recorder is not None:
+        recorder.rows = {layer: rows[:, 1:] for layer, rows in recorder.rows.items()}
+    layers = tuple(h[:, 1:] for h in forward.layers) if forward.layers else None
+    return Forward(forward.logits[:, 1:], layers[-1] if layers else None, layers)
+
+
+def _count(state: CacheState, n_tokens: int, tentative: bool) -> None:
+    """The counters a solo `ModelHandle.forward` of `n_tokens` tokens would record."""
+    if tentative:
+        state.counters.tentative += n_tokens
+    elif n_tokens > 1:
+        state.counters.prefilled += n_tokens
+    else:
+        state.counters.decoded += 1
+    state.counters.forward_calls += 1
