@@ -22,17 +22,34 @@ run() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --ou
 #   2. 70.5 s/problem, 0.235 s/token; token-sd 80.3 s, 0.257 s/token; both 2/4 (the target's 2/4)
 #   3. 58.9 s, 0.204 s/token, 2/4 (same answers)  <- the balanced preset
 #   4. 67.6 s, 0.227 s/token, 2/4 (the cap made 921 slower: more, shorter failed steps)
+# (steps 2-5 predate check_tokens: they set it to 0, as it was)
 # 2. every step target-checked (Medusa's typical acceptance, eps 0.09 / delta 0.3), next to
 #    token-level SD on the same slice
-run check-all --methods token-sd,specguard-balanced --set balanced.typical_eps=0.09 \
+run check-all --methods token-sd,specguard-balanced --set balanced.typical_eps=0.09 --set balanced.check_tokens=0 \
   --set balanced.typical_delta=0.3
 # 3. a more lenient typical acceptance: more draft steps pass the check whole
-run check-all-eps0.03 --set balanced.typical_eps=0.03 --set balanced.typical_delta=0.1
+run check-all-eps0.03 --set balanced.typical_eps=0.03 --set balanced.typical_delta=0.1 --set balanced.check_tokens=0
 # 4. as 3, with draft steps cut at 64 tokens: a step that fails its check wastes less draft work
 run check-all-eps0.03-cap64 --set balanced.typical_eps=0.03 --set balanced.typical_delta=0.1 \
-  --set balanced.max_step_tokens=64
+  --set balanced.max_step_tokens=64 --set balanced.check_tokens=0
 # 5. after the reported run's problem 0 went wrong under 3 (the draft's "16 - 3 - 4 = 10" passed the
 #    check: the target gave its "1" 0.13 where it gave "9" 0.85; Medusa's 0.09 passes it too), a
 #    token must also have p >= typical_ratio * the target's top probability
 run check-all-eps0.03-ratio0.3 --set balanced.typical_eps=0.03 --set balanced.typical_delta=0.1 \
-  --set balanced.typical_ratio=0.3
+  --set balanced.typical_ratio=0.3 --set balanced.check_tokens=0
+# 6. (eighth session, same pinning; code of commit 9d2f8a0, run from a frozen worktree) the check
+#    while the draft writes, next to the preset of 5 and token-level SD rerun on the same day:
+#      ratio0.3-rerun (5 again)           84.7 s, 268 draft tokens wasted / problem, 2/4
+#      check16 (check_tokens=16)          60.1 s, 103 wasted, 2/4   <- the balanced preset
+#      check8                             68.4 s, 108 wasted, 2/4
+#      check16-below0.5 (check_below=0.5) 59.4 s,  90 wasted, 2/4
+#      check16-typicalfb (+ fallback_acceptance=typical) 57.9 s, 2/4, but 920 ran to the token cap
+#      token-sd                           61.3 s, 2/4
+#    Folders: benchmarks/results/tune-balanced/s8-*.
+s8() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" --n 4 "$@" --out "benchmarks/results/tune-balanced/s8-$name"; }
+s8 ratio0.3-rerun --set balanced.check_tokens=0
+s8 check16 --set balanced.check_tokens=16
+s8 check8 --set balanced.check_tokens=8
+s8 check16-below0.5 --set balanced.check_tokens=16 --set balanced.check_below=0.5
+s8 check16-typicalfb --set balanced.check_tokens=16 --set balanced.fallback_acceptance=typical
+s8 token-sd --methods token-sd

@@ -229,10 +229,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # pass, rejected steps finished by the speculative fallback. The check is typical acceptance
     # (eps 0.03, delta 0.1) plus typical_ratio 0.3: a token the target gives less than 0.3 of its
     # top token's probability fails, which stops wrong digits that Medusa's bound alone let through
-    # (GSM8K problem 0: "= 10" at p 0.13 beside "9" at 0.85). See benchmarks/RESULTS.md.
+    # (GSM8K problem 0: "= 10" at p 0.13 beside "9" at 0.85). The check runs while the draft
+    # writes, every 16 draft tokens, so a refused step stops the draft early (0.71x the time of
+    # checking written steps on the tuning slice). See benchmarks/RESULTS.md.
     "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, tau_accept=math.inf,
                      tau_reject=-math.inf, typical_eps=0.03, typical_delta=0.1, typical_ratio=0.3,
-                     fallback="speculative", fallback_k=1),
+                     check_tokens=16, fallback="speculative", fallback_k=1),
     # latency-first: draft steps the verifier is confident in are kept without the target (the
     # learned card's P(correct) >= 0.87, its 95%-precision threshold on human-labelled steps; where
     # no card ships for the draft, the paper's confidence-only r), the rest go through the
