@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,9 +18,8 @@ from typing import Any
 from specguard_bench.data import DATASETS, DEFAULT_MAX_NEW_TOKENS, FILE_MAX_NEW_TOKENS
 from specguard_bench.methods import METHODS, REMOTE_METHOD, preset_of
 from specguard_core.config import PRESETS, parse_sets, parse_value  # noqa: F401 (re-exported)
+from specguard_core.engine.remote_load import add_target_flags, target_flags
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
-
-TARGET_KEY_ENV = "SPECGUARD_TARGET_API_KEY"  # as `specguard run`
 
 
 def _csv(kind: type) -> Any:
@@ -117,17 +115,8 @@ def add_bench_parser(
     remote = p.add_argument_group(
         f"served target ({REMOTE_METHOD}: the balanced preset with the target on a vLLM server, "
         "beside the in-process pair)")
-    remote.add_argument("--target-url", metavar="URL", help="the served target's OpenAI-compatible "
-                        f"API, e.g. http://HOST:8000/v1; adds the method {REMOTE_METHOD}")
-    remote.add_argument("--target-model", metavar="NAME",
-                        help="the served model's name (default: the only one the server serves)")
-    remote.add_argument("--target-tokenizer", metavar="PATH", help="local folder (or cached name) "
-                        "of the served model's tokenizer (default: the served name if cached, else "
-                        "the draft's)")
-    remote.add_argument("--target-timeout", type=float, metavar="SECONDS",
-                        help="seconds to wait for each server answer (default 120)")
-    remote.add_argument("--target-api-key", default=os.environ.get(TARGET_KEY_ENV), metavar="KEY",
-                        help=f"the server's API key (default: ${TARGET_KEY_ENV}, else none)")
+    add_target_flags(remote, "the served target's OpenAI-compatible API, e.g. "
+                     f"http://HOST:8000/v1; adds the method {REMOTE_METHOD}")
     syn = p.add_argument_group("synthetic mode (random weights, real architectures)")
     syn.add_argument(
         "--synthetic",
@@ -196,11 +185,8 @@ def _served(args: argparse.Namespace) -> Any:
     served-target flag without --target-url is a ValueError."""
     from specguard_bench.engines import ServedTarget
 
-    given = {"--target-model": args.target_model, "--target-tokenizer": args.target_tokenizer,
-             "--target-timeout": args.target_timeout}
-    if not args.target_url:
-        if flags := [flag for flag, value in given.items() if value is not None]:
-            raise ValueError(f"{', '.join(flags)} needs --target-url (a target on a vLLM server)")
+    options = target_flags(args)
+    if options is None:
         return None
     return ServedTarget(url=args.target_url, model=args.target_model,
                         tokenizer=args.target_tokenizer, timeout_s=args.target_timeout,

@@ -7,15 +7,14 @@ module prints them.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, parse_sets, preset
+from specguard_core.engine.remote_load import add_target_flags, target_flags
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.types import GenerationResult, StepRecord
 
 _DTYPES = ["auto", "bfloat16", "float16", "float32"]
-TARGET_KEY_ENV = "SPECGUARD_TARGET_API_KEY"
 
 
 def add_run_parser(sub: Any) -> None:
@@ -63,33 +62,16 @@ def add_loader_flags(p: argparse.ArgumentParser) -> None:
 
 def add_remote_flags(p: argparse.ArgumentParser) -> None:
     """A target on a vLLM server instead of an in-process one (see README, "Remote target")."""
-    g = p.add_argument_group("remote target (a model on a vLLM server)")
-    g.add_argument("--target-url", metavar="URL", help="the target's OpenAI-compatible API, e.g. "
-                   "http://HOST:8000/v1 (replaces --target; the draft still runs here)")
-    g.add_argument("--target-model", metavar="NAME", help="the served model's name (default: the "
-                   "only one the server serves)")
-    g.add_argument("--target-tokenizer", metavar="PATH", help="local folder (or cached name) of "
-                   "the served model's tokenizer (default: the served name if cached, else the "
-                   "draft's)")
-    g.add_argument("--target-timeout", type=float, metavar="SECONDS",
-                   help="seconds to wait for each server answer (default 120)")
-    g.add_argument("--target-api-key", default=os.environ.get(TARGET_KEY_ENV), metavar="KEY",
-                   help=f"the server's API key (default: ${TARGET_KEY_ENV}, else none)")
+    add_target_flags(p.add_argument_group("remote target (a model on a vLLM server)"),
+                     "the target's OpenAI-compatible API, e.g. http://HOST:8000/v1 (replaces "
+                     "--target; the draft still runs here)")
 
 
 def remote_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """(the target: --target-url or --target, the remote keywords for `from_pretrained`); a
     remote flag without --target-url is a ValueError that says so."""
-    given = {"target_model": args.target_model, "target_tokenizer": args.target_tokenizer,
-             "target_timeout": args.target_timeout}
-    if not args.target_url:
-        if flags := [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]:
-            raise ValueError(f"{', '.join(flags)} needs --target-url (a target on a vLLM server)")
-        return args.target, {}
-    options = {k: v for k, v in given.items() if v is not None}
-    if args.target_api_key:
-        options["target_api_key"] = args.target_api_key
-    return args.target_url, options
+    options = target_flags(args)
+    return (args.target, {}) if options is None else (args.target_url, options)
 
 
 def loader_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,14 +7,49 @@ from local files only, and the server is asked what it serves and checked agains
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
 from typing import Any
 
 from specguard_core.config import EngineConfig, SpecGuardConfig
-from specguard_core.engine.remote import RemoteTarget
 
 REMOTE_OPTIONS = ("target_model", "target_tokenizer", "target_timeout", "target_api_key",
                   "target_top_logprobs")
+
+
+TARGET_KEY_ENV = "SPECGUARD_TARGET_API_KEY"
+
+
+def add_target_flags(group: argparse._ArgumentGroup, url_help: str) -> None:
+    """The command-line flags of a served target (`specguard run`/`serve`/`bench` share them):
+    --target-url (`url_help` says what it does there), --target-model, --target-tokenizer,
+    --target-timeout, --target-api-key (default: $SPECGUARD_TARGET_API_KEY)."""
+    group.add_argument("--target-url", metavar="URL", help=url_help)
+    group.add_argument("--target-model", metavar="NAME", help="the served model's name (default: "
+                       "the only one the server serves)")
+    group.add_argument("--target-tokenizer", metavar="PATH", help="local folder (or cached name) "
+                       "of the served model's tokenizer (default: the served name if cached, else "
+                       "the draft's)")
+    group.add_argument("--target-timeout", type=float, metavar="SECONDS",
+                       help="seconds to wait for each server answer (default 120)")
+    group.add_argument("--target-api-key", default=os.environ.get(TARGET_KEY_ENV), metavar="KEY",
+                       help=f"the server's API key (default: ${TARGET_KEY_ENV}, else none)")
+
+
+def target_flags(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The served target's keywords for `from_pretrained` from `add_target_flags`' flags (None
+    without --target-url); a flag given without --target-url is a ValueError that says so."""
+    given = {"target_model": args.target_model, "target_tokenizer": args.target_tokenizer,
+             "target_timeout": args.target_timeout}
+    if not args.target_url:
+        if flags := [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]:
+            raise ValueError(f"{', '.join(flags)} needs --target-url (a target on a vLLM server)")
+        return None
+    options = {k: v for k, v in given.items() if v is not None}
+    if args.target_api_key:
+        options["target_api_key"] = args.target_api_key
+    return options
 
 
 def is_url(ref: str) -> bool:
@@ -35,6 +70,7 @@ def load_remote_engine(cls: Any, draft: str, target_url: str, *, target_model: s
     `target_model` and tokenizes as that tokenizer does), so a wrong URL fails before the draft's
     weights load."""
     from specguard_core.config import preset as make_preset
+    from specguard_core.engine.remote import RemoteTarget  # torch: not at import (the CLI parsers)
     from specguard_core.models.loading import load_model
 
     cfg = config or (make_preset(preset) if preset else SpecGuardConfig())
