@@ -212,30 +212,31 @@ class GenerationResult:
         out["usage"]["total_tokens"] = self.usage.total_tokens
         return out
 
-    def answer_logprobs(self, decode: Callable[[StepRecord, int], str | None]
+    def answer_logprobs(self, decode: Callable[[StepRecord, int], tuple[str, bytes] | None]
                         ) -> list[dict[str, Any]]:
         """OpenAI's `logprobs.content` entries for the answer: each token of the answer steps up
         to a stop string, with its log-probability under the model that wrote it
         (`StepRecord.token_logprobs`; -inf as `LOGPROB_FLOOR`) and no alternatives.
-        `decode(step, id)` is the token's text in the vocabulary of the model that wrote the step
-        (`SpecGuardEngine.token_text`), None for a token outside the text (EOS). Forced tokens
+        `decode(step, id)` is the token's (text, bytes) in the vocabulary of the model that wrote
+        the step (`SpecGuardEngine.token_text`), None for a token outside the text (EOS). Forced tokens
         (no log-probability) are left out."""
         out: list[dict[str, Any]] = []
-        cut, pos = len(self.raw_text), 0  # raw_text ends at the first stop string
+        # positions in UTF-8 bytes: a token holding part of a character decodes to "\ufffd"
+        cut, pos = len(self.raw_text.encode("utf-8")), 0  # raw_text ends at the first stop string
         for step in self.steps:
             at = pos
             for tok, lp in zip(step.token_ids, step.token_logprobs, strict=False):
                 if step.kind != "answer" or at >= cut:
                     break
-                piece = decode(step, tok)
-                if piece is None:
+                decoded = decode(step, tok)
+                if decoded is None:
                     continue
-                at += len(piece)
+                piece, raw = decoded
+                at += len(raw)
                 if lp is not None:
                     out.append({"token": piece, "logprob": lp if math.isfinite(lp) else
-                                LOGPROB_FLOOR, "bytes": list(piece.encode("utf-8")),
-                                "top_logprobs": []})
-            pos += len(step.text)
+                                LOGPROB_FLOOR, "bytes": list(raw), "top_logprobs": []})
+            pos += len(step.text.encode("utf-8"))
         return out
 
     def trace(self) -> dict[str, Any]:

@@ -72,7 +72,7 @@ class _Run:
 
     def __init__(self, start: Callable[[], tuple[GenerationStream, tuple[str, ...]]],
                  max_calls: int | None = None,
-                 decode: Callable[[StepRecord, int], str | None] | None = None) -> None:
+                 decode: Callable[[StepRecord, int], tuple[str, bytes] | None] | None = None) -> None:
         self._start, self._max_calls, self._decode = start, max_calls, decode
         self.stream: GenerationStream | None = None
         self.result: GenerationResult | None = None

@@ -29,6 +29,7 @@ from specguard_core.engine.chat import (
     normalise_messages,
     render_prompt,
     required_tool,
+    token_bytes,
 )
 from specguard_core.engine.check import GrowingCheck
 from specguard_core.engine.fallback import generated, regenerate, speculate
@@ -129,11 +130,15 @@ class SpecGuardEngine:
     def tokenizer(self) -> Any:
         return self.target.tokenizer
 
-    def token_text(self, step: StepRecord, token: int) -> str | None:
-        """One of `step.token_ids` as text, in the vocabulary of the model that wrote the step
-        (None for an end-of-turn token, which is not part of the text)."""
+    def token_text(self, step: StepRecord, token: int) -> tuple[str, bytes] | None:
+        """One of `step.token_ids` as (text, its own bytes), in the vocabulary of the model that
+        wrote the step; None for an end-of-turn token, which is not part of the text. A token
+        holding part of a multi-byte character has text "\ufffd" but its true bytes."""
         handle = self.draft if step.source == "draft" else self.target
-        return None if token in handle.eos_ids else handle.decode([token])
+        if token in handle.eos_ids:
+            return None
+        text = handle.decode([token])
+        return text, token_bytes(handle.tokenizer, token, text)
 
     def prompt_ids(self, messages_or_prompt: str | Sequence[Message],
                    tools: Sequence[dict[str, Any]] | None = None) -> list[int]:

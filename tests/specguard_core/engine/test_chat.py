@@ -15,6 +15,7 @@ from specguard_core.engine.chat import (
     parse_tool_call,
     render_prompt,
     required_tool,
+    token_bytes,
 )
 from specguard_core.testing import build_tokenizer
 from tests.fixtures import LLAMA_STYLE_TEMPLATE, WEATHER
@@ -117,3 +118,24 @@ def test_uses_the_tokenizers_response_parser_when_it_has_one() -> None:
     call = parse_tool_call("[TOOL_CALLS]get_weather[ARGS]{...}", check_tools([WEATHER]),
                            WithResponseTemplate())
     assert call.valid and call.arguments == {"city": "Rome"}
+
+
+def test_token_bytes_are_the_tokens_own_even_mid_character(tmp_path: Path) -> None:
+    tok = build_tokenizer(tmp_path / "tok")
+    text = "数学 is fun: 42 ✓"
+    ids = tok.encode(text, add_special_tokens=False)
+    pieces = [tok.decode([i]) for i in ids]
+    assert any("\ufffd" in p for p in pieces)  # some tokens hold part of a character
+    raw = b"".join(token_bytes(tok, i, p) for i, p in zip(ids, pieces, strict=True))
+    assert raw == text.encode("utf-8")
+
+
+def test_answer_logprobs_bytes_join_to_the_answer() -> None:
+    from specguard_core.testing import scripted_engine
+
+    answer = "答案是 42。"
+    engine = scripted_engine(lambda p: answer)
+    result = engine.generate("Go", tau=-1e9, k=1, temperature=0.0)
+    entries = result.answer_logprobs(engine.token_text)
+    assert entries and b"".join(bytes(e["bytes"]) for e in entries) == answer.encode("utf-8")
+    assert any(e["token"] == "\ufffd" for e in entries)
