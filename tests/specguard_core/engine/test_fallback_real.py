@@ -38,3 +38,23 @@ def test_speculative_fallback_equals_target_greedy_on_the_real_pair() -> None:
     assert [t for s in result.steps for t in s.token_ids] == ref[0, len(prompt):].tolist()
     s = result.stats
     assert s.tokens_per_target_forward is not None and s.tokens_per_target_forward > 1.5
+
+
+def test_the_balanced_check_while_writing_keeps_the_whole_step_verdicts_on_the_real_pair() -> None:
+    """float32: checking 16 tokens at a time (the preset) gives the whole-step check's text, and
+    with typical_ratio=1 both are the target's greedy text."""
+    from specguard_core.config import preset
+
+    draft, target = _real_paths()
+    engine = SpecGuardEngine.from_pretrained(draft, target, device="cpu", dtype="float32",
+                                             progress=False, config=preset("balanced",
+                                                                           max_new_tokens=64))
+    growing = engine.generate(QUESTION)
+    whole = engine.generate(QUESTION, check_tokens=0)
+    assert growing.raw_text == whole.raw_text
+    assert [s.path for s in growing.steps] == [s.path for s in whole.steps]
+    assert sum(s.draft_wasted for s in growing.steps) <= sum(s.draft_wasted for s in whole.steps)
+    lossless = engine.generate(QUESTION, typical_ratio=1.0)
+    prompt = engine.prompt_ids(QUESTION)
+    ref = engine.target.model.generate(torch.tensor([prompt]), max_new_tokens=64, do_sample=False)
+    assert [t for s in lossless.steps for t in s.token_ids] == ref[0, len(prompt):].tolist()
