@@ -14,10 +14,13 @@ changes is how a forward is run. With `EngineConfig(batching=True)` the engine's
   for a forward, so the others can reach theirs.
 - **Rounds**: when every request inside a step waits for a forward (cancelled ones never count),
   or when nothing happened for `batch_window_s` with forwards waiting, the thread that sees it
-  first runs a round: per model, the single-row calls go through `batch.forward_rows` in forwards
-  of at most `max_batch_rows` rows (grouped by length, so a long prefill never pads many short
-  rows), and what cannot be batched (a forked k > 1 proposal, a sliding-window cache) runs alone.
-  Every waiting call is served in the round it joined, so no request starves.
+  first runs a round. A round serves the model with the most waiting calls, plus any model whose
+  oldest call has waited as long as that model's last round took (ski rental: a call passed over
+  never waits more than its own forward costs, so no request starves, while calls for the target
+  gather as the others draft instead of a target forward in every round). Its single-row calls
+  go through `batch.forward_rows` in
+  forwards of at most `max_batch_rows` rows (grouped by length, so a long prefill never pads many
+  short rows); what cannot be batched (a forked k > 1 proposal, a sliding-window cache) runs alone.
 
 Results equal serial runs up to float rounding: each row sees only its own cache (see `batch.py`).
 """
@@ -81,6 +84,7 @@ class Call:
     result: Forward | None = None
     error: BaseException | None = None
     done: bool = False
+    submitted: float = field(default_factory=time.monotonic)
 
     @property
     def tokens(self) -> int:
@@ -132,6 +136,7 @@ class Batcher:
         self._in_step: list[_Ticket] = []
         self._pending: list[Call] = []
         self._running = False
+        self._cost: dict[int, float] = {}  # id(handle) -> seconds its part of the last round took
         self._last_event = time.monotonic()
         self._local = threading.local()
 
@@ -260,8 +265,9 @@ class Batcher:
         return time.monotonic() - self._last_event >= self.window_s
 
     def _lead(self) -> None:
-        """Run a round over every pending call, with the condition released meanwhile."""
-        calls, self._pending = self._pending, []
+        """Run a round over the pending calls `_pick` chooses, with the condition released
+        meanwhile."""
+        calls = self._pick()
         self._running = True
         self._cond.release()
         try:
@@ -275,13 +281,29 @@ class Batcher:
                     call.error, call.done = RuntimeError("the batching round was interrupted"), True
             self._touch()
 
+    def _pick(self) -> list[Call]:
+        """Take the round's calls from the pending ones: those of the model with the most waiting
+        calls (the longest-waiting model on a tie), and of any model whose oldest call has waited
+        at least as long as that model's last round took (0 before its first); the rest stay."""
+        models: dict[int, list[Call]] = {}
+        for call in self._pending:
+            models.setdefault(id(call.handle), []).append(call)
+        now = time.monotonic()
+        chosen = {id(max(models.values(), key=len)[0].handle)}
+        chosen |= {key for key, calls in models.items()
+                   if now - calls[0].submitted >= self._cost.get(key, 0.0)}
+        picked = [c for c in self._pending if id(c.handle) in chosen]
+        self._pending = [c for c in self._pending if id(c.handle) not in chosen]
+        return picked
+
     @torch.inference_mode()
     def _run(self, calls: Sequence[Call]) -> None:
         """Per model, in submission order: the batchable rows in padded forwards, the rest alone."""
         handles: dict[int, list[Call]] = {}
         for call in calls:
             handles.setdefault(id(call.handle), []).append(call)
-        for group in handles.values():
+        for key, group in handles.items():
+            t0 = time.perf_counter()
             rows = [c for c in group if c.batchable()]
             for call in group:
                 if call not in rows:
@@ -291,6 +313,9 @@ class Batcher:
                     self._solo(chunk[0])
                 else:
                     self._batched(chunk)
+            if max(c.tokens for c in group) <= PAD_FREE_TOKENS:  # a prefill is no typical cost
+                with self._cond:
+                    self._cost[key] = time.perf_counter() - t0
 
     def _chunks(self, rows: list[Call]) -> list[list[Call]]:
         """Rows into forwards of at most `max_batch_rows`, longest first; a row joins a forward

@@ -173,3 +173,22 @@ def test_batching_settings_are_validated() -> None:
     with pytest.raises(ValueError, match="max_batch_rows"):
         EngineConfig(batching=True, max_batch_rows=0)
     assert Batcher.of(EngineConfig()) is None
+
+
+def test_a_round_serves_the_busiest_model_and_never_starves_the_other() -> None:
+    draft, target_model = object(), object()  # only the model and the submission time matter
+
+    class _Call:
+        def __init__(self, handle: object) -> None:
+            self.handle, self.submitted = handle, time.monotonic()
+
+    batcher = Batcher()
+    target = _Call(target_model)
+    batcher._cost[id(target_model)] = 0.2  # the target's last round took 0.2 s
+    batcher._pending = [target] + [_Call(draft) for _ in range(3)]  # type: ignore[list-item]
+    picked = batcher._pick()  # the draft has more calls: the target call waits
+    assert [c.handle for c in picked] == [draft] * 3 and batcher._pending == [target]
+    batcher._pending += picked  # the draft requests are back with their next calls
+    target.submitted -= 0.2  # ... and the target call has waited as long as its forward takes
+    picked = batcher._pick()
+    assert target in picked and len(picked) == 4 and batcher._pending == []
