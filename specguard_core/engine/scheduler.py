@@ -18,9 +18,12 @@ changes is how a forward is run. With `EngineConfig(batching=True)` the engine's
   oldest call has waited as long as that model's last round took (ski rental: a call passed over
   never waits more than its own forward costs, so no request starves, while calls for the target
   gather as the others draft instead of a target forward in every round). Its single-row calls
-  go through `batch.forward_rows` in
-  forwards of at most `max_batch_rows` rows (grouped by length, so a long prefill never pads many
-  short rows); what cannot be batched (a forked k > 1 proposal, a sliding-window cache) runs alone.
+  go through `batch.forward_rows` in forwards of at most `max_batch_rows` rows (grouped by
+  length, so a long prefill never pads many short rows); what cannot be batched (a forked k > 1
+  proposal, a sliding-window cache) runs alone.
+  A request whose code between forwards takes long (waiting for a served target's answer) holds
+  the baton meanwhile: the round runs after the window, but the others go on only when it gives
+  the baton back (as with the unbatched path's lock).
 
 Results equal serial runs up to float rounding: each row sees only its own cache (see `batch.py`).
 """
@@ -44,8 +47,9 @@ from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.handle import CacheState, Forward, ModelHandle
 
 SLICE_S = 0.05  # how often a waiting request looks at its cancel flag and deadline
-# A forward of up to this many (padded) tokens costs about as much as one row's decode on the
-# measured CPU (benchmarks/results/batch-forward-cpu1core/), so short rows are padded freely.
+# Padding short rows up to this many tokens per forward is cheap next to running them apart: on the
+# measured CPU 8 rows x 8 tokens cost 2.2x one 1-token decode of the target, 8 solo passes 8x
+# (benchmarks/results/batch-forward-cpu1core/).
 PAD_FREE_TOKENS = 64
 
 

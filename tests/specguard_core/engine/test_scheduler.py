@@ -11,10 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import torch
 
 from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
 from specguard_core.engine.scheduler import Batcher, BatchingHandle
-from specguard_core.types import GenerationResult
+from specguard_core.types import Cancelled, GenerationResult
 from tests.fixtures import WEATHER
 from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
 from tests.specguard_core.engine.test_engine import all_ids
@@ -192,3 +193,75 @@ def test_a_round_serves_the_busiest_model_and_never_starves_the_other() -> None:
     target.submitted -= 0.2  # ... and the target call has waited as long as its forward takes
     picked = batcher._pick()
     assert target in picked and len(picked) == 4 and batcher._pending == []
+
+
+class _Waiter:
+    """A request as the scheduler sees it: a cancel flag and a check."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled
+
+
+def test_admission_is_first_come_first_served() -> None:
+    batcher = Batcher(max_active_requests=1)
+    first, order = _Waiter(), []
+    queued = [_Waiter() for _ in range(3)]
+
+    def enter(i: int) -> None:
+        try:
+            with batcher.admitted(queued[i]):
+                order.append(i)
+        except Cancelled:
+            pass
+
+    with batcher.admitted(first):  # holds the only place while the others queue, in order
+        threads = []
+        for i in range(3):
+            threads.append(threading.Thread(target=enter, args=(i,)))
+            threads[-1].start()
+            while len(batcher._queue) < i + 1:
+                time.sleep(0.001)
+        queued[1].cancel.set()  # a cancelled request leaves the queue without its turn
+        threads[1].join(timeout=5)
+    for t in threads:
+        t.join(timeout=5)
+    assert order == [0, 2] and batcher.active == 0 and not batcher._queue
+
+
+def test_a_request_busy_between_forwards_holds_up_a_round_only_for_the_window(
+        pair: tuple[Any, Any, Any, Any]) -> None:
+    """The round runs while the busy request still holds the baton (e.g. waiting for a served
+    target's answer); the quick request reads its result once the baton is free again."""
+    batcher = Batcher(window_s=0.05)
+    handle = BatchingHandle(pair[2], pair[3], batcher)
+    busy, quick = _Waiter(), _Waiter()
+    state = handle.new_state()
+    has_baton = threading.Event()
+    ran_after: list[float] = []
+
+    def quick_request() -> None:
+        with batcher.admitted(quick), batcher.step(quick):
+            has_baton.set()
+            while len(batcher._in_step) < 2:  # the busy one is inside its step too
+                time.sleep(0.001)
+            handle.forward(state, torch.tensor([[5, 6, 7]]))
+
+    def busy_request() -> None:
+        has_baton.wait(5)
+        with batcher.admitted(busy), batcher.step(busy):
+            t0 = time.perf_counter()  # it holds the baton from here, and never submits
+            while state.cache is not None and state.cache.get_seq_length() < 3:
+                assert time.perf_counter() - t0 < 5, "the round waited for the busy request"
+                time.sleep(0.005)
+            ran_after.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=quick_request), threading.Thread(target=busy_request)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert ran_after and ran_after[0] < 1.0 and batcher.stats.rounds == 1
