@@ -111,6 +111,9 @@ def add_bench_parser(
         "of one engine for each N (1 is always run, as the baseline) and report aggregate tok/s "
         "and p50/p95 request latency (concurrency.md/.json/.png in --out)",
     )
+    p.add_argument("--batching", action="store_true",
+                   help="build the engine with EngineConfig(batching=True): concurrent requests "
+                   "share forwards (compare with a run without it, in another --out)")
     _model_args(p)
     remote = p.add_argument_group(
         f"served target ({REMOTE_METHOD}: the balanced preset with the target on a vLLM server, "
@@ -224,6 +227,7 @@ def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
         device=args.device,
         dtype=args.dtype or "bfloat16",
         heterogeneous=args.heterogeneous,
+        batching=args.batching,
         bounds_path=args.bounds,
         warmup=not args.no_warmup,
         progress=not args.no_progress,
@@ -279,9 +283,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _set_threads(args.threads)
     try:
         sets = parse_sets(args.sets)
-        if args.synthetic and (args.concurrency is not None or args.target_url):
-            raise ValueError("--concurrency and --target-url measure the real benchmark; they do "
-                             "not apply to --synthetic")
+        if args.synthetic and (args.concurrency is not None or args.target_url or args.batching):
+            raise ValueError("--concurrency, --batching and --target-url measure the real "
+                             "benchmark; they do not apply to --synthetic")
         (_synthetic if args.synthetic else _bench)(args, sets)
     except (ValueError, ResumeMismatch, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

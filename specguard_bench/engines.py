@@ -30,6 +30,7 @@ class PairSettings:
     dtype: str = "bfloat16"
     sets: Mapping[str, Any] = field(default_factory=dict)
     heterogeneous: bool = False  # EngineConfig: a pair with different tokenizers
+    batching: bool = False  # EngineConfig: concurrent requests share forwards (engine/scheduler.py)
     progress: bool = True
 
 
@@ -78,7 +79,8 @@ def load_engine(settings: PairSettings, served: ServedTarget | None = None) -> A
         dtype=settings.dtype,
         progress=settings.progress,
         config=base_config(settings.sets),
-        engine_config=EngineConfig(heterogeneous=settings.heterogeneous),
+        engine_config=EngineConfig(heterogeneous=settings.heterogeneous,
+                                   batching=settings.batching),
         **(served.options() if served else {}),
     )
 

@@ -82,6 +82,7 @@ class BenchSettings(PairSettings):
             "shipped_cards": shipped_cards(),
             # only when set, so runs stored before the field existed still resume
             **({"heterogeneous": True} if self.heterogeneous else {}),
+            **({"batching": True} if self.batching else {}),
             **({"served_target": self.served.fingerprint()} if self.served else {}),
         }
 

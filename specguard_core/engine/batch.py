@@ -31,18 +31,19 @@ PAD_ID = 0  # any valid token id: pad columns are masked out and their outputs d
 
 
 def forward_rows(handle: ModelHandle, states: Sequence[CacheState],
-                 new_ids: Sequence[Sequence[int]], *, all_logits: bool = False,
+                 new_ids: Sequence[Sequence[int]], *, all_logits: bool | Sequence[bool] = False,
                  hidden: bool = False,
                  recorders: Sequence[AttentionRecorder | None] | None = None,
-                 tentative: bool = False) -> list[Forward]:
+                 tentative: bool | Sequence[bool] = False) -> list[Forward]:
     """Feed `new_ids[i]` after what `states[i].cache` holds, for every i, in one forward.
 
     Returns, per row, the `Forward` a solo `handle.forward(states[i], [new_ids[i]], ...)` would:
     `logits: [1, q, V]` float32 (q = 1, the last position, unless `all_logits`: then all
     `len(new_ids[i])` positions), with `hidden` the last hidden state and every layer's
     `[1, len(new_ids[i]), d]`; `recorders[i]` (if given) receives that row's attention rows
-    `[1, len(new_ids[i]), n_keys]`. Each cache grows by its row's tokens; `ids`/`logits` are not
-    touched. Counters count per request as a solo forward would. Raises ValueError for no rows,
+    `[1, len(new_ids[i]), n_keys]`. `all_logits` and `tentative` may also be given per row (rows of
+    different requests' calls in one forward). Each cache grows by its row's tokens; `ids`/`logits`
+    are not touched. Counters count per request as a solo forward would. Raises ValueError for no rows,
     mismatched lengths, an empty row, or a cache that cannot be batched (forked, served,
     sliding-window)."""
     if not states:
@@ -53,6 +54,7 @@ def forward_rows(handle: ModelHandle, states: Sequence[CacheState],
     if len({id(s) for s in states}) != len(states):
         raise ValueError("forward_rows: the same state appears twice; give each request one row")
     lengths = [len(ids) for ids in new_ids]
+    every, tentatives = _per_row(all_logits, len(states)), _per_row(tentative, len(states))
     if min(lengths) == 0:
         raise ValueError(f"forward_rows: row {lengths.index(0)} has no new tokens; leave it out")
     cache = handle.gather_rows(states)  # [b, h, W, d] per layer, rows left-padded
@@ -67,8 +69,10 @@ def forward_rows(handle: ModelHandle, states: Sequence[CacheState],
         input_ids[row, :n] = torch.tensor(list(ids), dtype=torch.long)
         mask[row, width - p:width + n] = 1
         positions[row] = torch.arange(p, p + q)  # pads continue the count; they are masked anyway
-    if all_logits:
-        keep = torch.arange(q)[None, :] < torch.tensor(lengths)[:, None]  # [b, Q] bool
+    if any(every):  # all of a row's positions, or only its last one
+        ends = torch.tensor(lengths)[:, None]  # [b, 1]
+        cols = torch.arange(q)[None, :]  # [1, Q]
+        keep = torch.where(torch.tensor(every)[:, None], cols < ends, cols == ends - 1)  # [b, Q]
     else:
         keep = torch.tensor(lengths)[:, None] - 1  # [b, 1] each row's last real position
     wanted = frozenset().union(*(r.layers for r in recorders or () if r is not None))
@@ -77,12 +81,13 @@ def forward_rows(handle: ModelHandle, states: Sequence[CacheState],
     out = handle.forward_padded(cache, input_ids, mask, positions, keep, hidden=hidden,
                                 recorder=shared)
     handle.scatter_rows(cache, states, width, lengths)
-    logits = out.logits.split(lengths) if all_logits else out.logits  # [q_i, V] / [b, 1, V]
+    kept = [n if e else 1 for n, e in zip(lengths, every, strict=True)]
+    logits = out.logits.split(kept) if any(every) else out.logits  # [q_i, V] / [b, 1, V]
     forwards = []
     for row, (state, n, p) in enumerate(zip(states, lengths, past, strict=True)):
-        _count(state, n, tentative)
+        _count(state, n, tentatives[row])
         layers = tuple(h[row:row + 1, :n] for h in out.layers) if out.layers else None
-        forwards.append(Forward(logits[row][None] if all_logits else logits[row:row + 1],
+        forwards.append(Forward(logits[row][None] if any(every) else logits[row:row + 1],
                                 layers[-1] if layers else None, layers))
         recorder = recorders[row] if recorders is not None else None
         if recorder is not None and shared is not None:
@@ -172,6 +177,15 @@ def _drop_first(forward: Forward, recorder: AttentionRecorder | None) -> Forward
         recorder.rows = {layer: rows[:, 1:] for layer, rows in recorder.rows.items()}
     layers = tuple(h[:, 1:] for h in forward.layers) if forward.layers else None
     return Forward(forward.logits[:, 1:], layers[-1] if layers else None, layers)
+
+
+def _per_row(flag: bool | Sequence[bool], rows: int) -> list[bool]:
+    """One flag for every row, or one per row (checked)."""
+    if isinstance(flag, bool):
+        return [flag] * rows
+    if len(flag) != rows:
+        raise ValueError(f"forward_rows: {rows} rows but {len(flag)} per-row flags; pass one each")
+    return [bool(f) for f in flag]
 
 
 def _count(state: CacheState, n_tokens: int, tentative: bool) -> None:

@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -40,6 +40,7 @@ from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, prop
 from specguard_core.engine.remote import check_served_target
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.sampling import Shaping
+from specguard_core.engine.scheduler import Batcher, BatchingHandle
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.signals import percentile_bounds
 from specguard_core.engine.speculative import typical_prefix
@@ -72,7 +73,8 @@ class Phases(dict[str, float]):
 class SpecGuardEngine:
     """Draft + target pair. Concurrent requests take turns step by step (a lock held for one
     step, never while a caller holds a stream), each with its own state, so concurrent callers get
-    exactly what serial calls would."""
+    exactly what serial calls would. With `EngineConfig(batching=True)` they share forwards
+    instead (`engine/scheduler.py`): `batcher` admits them and batches their waiting forwards."""
 
     def __init__(self, draft_model: Any, draft_tokenizer: Any, target_model: Any,
                  target_tokenizer: Any = None, *, config: SpecGuardConfig | None = None,
@@ -81,15 +83,16 @@ class SpecGuardEngine:
         `engine_config` fixes how the pair is wired (e.g. `heterogeneous`). `target_model` is a
         transformers model with its `target_tokenizer`, or a ready `Target` such as a
         `RemoteTarget` (a model on a vLLM server; its own tokenizer is used)."""
+        self.engine_config = engine_config or EngineConfig()
+        self.batcher = Batcher.of(self.engine_config)
         if isinstance(target_model, Target):
             check_vocab(draft_model, draft_tokenizer, "draft")
             self.target: Target = target_model
         else:
             check_pair(draft_model, draft_tokenizer, target_model, target_tokenizer)
-            self.target = ModelHandle(target_model, target_tokenizer)
+            self.target = self._handle(target_model, target_tokenizer)
         self.config = config or SpecGuardConfig()
-        self.engine_config = engine_config or EngineConfig()
-        self.draft = ModelHandle(draft_model, draft_tokenizer)
+        self.draft = self._handle(draft_model, draft_tokenizer)
         self.same_vocab = draft_tokenizer.get_vocab() == self.target.tokenizer.get_vocab()
         if not self.same_vocab and not self.engine_config.heterogeneous:
             raise InputError("the draft and target tokenizers have different vocabularies; pick a "
@@ -234,23 +237,33 @@ class SpecGuardEngine:
         iterates a stream. A closed stream ends quietly, a deadline with TimeoutError."""
         req.started = time.perf_counter()
         try:
-            with self._turn(req):
-                timed = Phases()
-                with timed("prefill"):
-                    self.draft.catch_up(req.draft)  # the target prefills when it is first needed
-                req.stats.add_time("prefill", timed["prefill"])
-            while req.finish is None:
+            with self._admitted(req):
                 with self._turn(req):
-                    record = self._step(req)
-                yield record
+                    timed = Phases()
+                    with timed("prefill"):
+                        self.draft.catch_up(req.draft)  # the target prefills when first needed
+                    req.stats.add_time("prefill", timed["prefill"])
+                while req.finish is None:
+                    with self._turn(req):
+                        record = self._step(req)
+                    yield record
         except Cancelled:
             return
         holder["result"] = req.result(self.model_name)
 
+    def _admitted(self, req: Request) -> AbstractContextManager[None]:
+        """Batching: a place among the active requests for `req`'s whole life (FIFO)."""
+        return nullcontext() if self.batcher is None else self.batcher.admitted(req)
+
     @contextmanager
     def _turn(self, req: Request) -> Iterator[None]:
         """Hold the engine for one step of `req`; wait for it in short slices, so a request that is
-        cancelled or past its deadline stops waiting too."""
+        cancelled or past its deadline stops waiting too. Batching: the scheduler's step instead
+        (held between forwards only; the forwards go to its rounds)."""
+        if self.batcher is not None:
+            with self.batcher.step(req):
+                yield
+            return
         while not self._lock.acquire(timeout=0.05):
             req.check()
         try:
@@ -405,6 +418,11 @@ class SpecGuardEngine:
         return regenerate(self.draft, self.target, req, proposal, selector, self._convert)
 
     # ---- helpers ---------------------------------------------------------------------------
+    def _handle(self, model: Any, tokenizer: Any) -> ModelHandle:
+        if self.batcher is None:
+            return ModelHandle(model, tokenizer)
+        return BatchingHandle(model, tokenizer, self.batcher)
+
     def _convert(self, ids: list[int], src: Target, dst: Target) -> list[int]:
         return ids if self.same_vocab else dst.encode(src.decode(ids))
 

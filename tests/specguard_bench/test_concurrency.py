@@ -97,8 +97,10 @@ def test_rounds_record_every_request_and_the_table_comes_from_them(
             assert s.p95_vs_1 == pytest.approx(s.latency_p95_s / base.latency_p95_s)
             assert s.same_text_as_1 == 4
     assert summary["settings"]["levels"] == [1, 2, 4] and summary["environment"]["device"] == "cpu"
-    assert summary["environment"]["engine"] == {"class": "SpecGuardEngine",
-                                                "engine_config": {"heterogeneous": False}}
+    assert summary["environment"]["engine"] == {
+        "class": "SpecGuardEngine", "engine_config": {
+            "heterogeneous": False, "batching": False, "max_batch_rows": 16,
+            "max_active_requests": 16, "batch_window_s": 0.05}}
     table = (tmp_path / TABLE).read_text()
     assert "| method | clients | requests |" in table and "| specguard-fast | 4 | 4 |" in table
     assert json.loads((tmp_path / SUMMARY).read_text())["table"] == summary["table"]
@@ -183,3 +185,22 @@ def test_cli_concurrency_on_the_tiny_pair(bench_pair_dirs: tuple[Path, Path], tm
     assert "raise --n" in capsys.readouterr().err
     assert main(["bench", "--synthetic", "--concurrency", "2", *common]) == 2
     assert "do not apply to --synthetic" in capsys.readouterr().err
+
+
+def test_cli_batching_builds_a_batching_engine(bench_pair_dirs: tuple[Path, Path],
+                                               tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    draft, target = bench_pair_dirs
+    common = ["--draft", str(draft), "--target", str(target), "--device", "cpu", "--dtype",
+              "float32", "--max-new-tokens", "6", "--no-progress", "--n", "2",
+              "--methods", "specguard-fast", "--no-warmup"]
+    out = tmp_path / "batched"
+    assert main(["bench", "--concurrency", "2", "--batching", "--out", str(out), *common]) == 0
+    summary = json.loads((out / SUMMARY).read_text())
+    assert summary["environment"]["engine"]["engine_config"]["batching"] is True
+    assert summary["settings"]["batching"] is True  # part of the fingerprint: never resumed
+    capsys.readouterr()  # ... by a run without it
+    assert main(["bench", "--concurrency", "2", "--out", str(out), *common]) == 2
+    assert "batching" in capsys.readouterr().err
+    assert main(["bench", "--synthetic", "--batching", "--out", str(tmp_path / "s")]) == 2
+    assert "--batching" in capsys.readouterr().err

@@ -132,6 +132,26 @@ def test_last_logits_only_and_prefill_row_mixed_with_decode_rows(handle: ModelHa
         torch.testing.assert_close(g, e, atol=ATOL, rtol=0)
 
 
+def test_per_row_logits_and_counters_for_calls_of_different_kinds(handle: ModelHandle) -> None:
+    """Rows of different calls in one forward (the scheduler's rounds): a verification pass (all
+    logits, tentative), a catch-up (last logits) and a decode, each as its solo forward."""
+    prompts = _prompts([6, 14, 9])
+    solo, batched = _states(handle, prompts), _states(handle, prompts)
+    new = _prompts([5, 3, 1], seed=4)
+    every, tentative = [True, False, False], [True, False, False]
+    solo_out = [handle.forward(s, torch.tensor([ids]), all_logits=a, tentative=t)
+                for s, ids, a, t in zip(solo, new, every, tentative, strict=True)]
+    batched_out = forward_rows(handle, batched, new, all_logits=every, tentative=tentative)
+    for so, bo, s, b in zip(solo_out, batched_out, solo, batched, strict=True):
+        assert bo.logits.shape == so.logits.shape  # [1, 5, V], [1, 1, V], [1, 1, V]
+        torch.testing.assert_close(bo.logits, so.logits, atol=ATOL, rtol=0)
+        assert b.counters == s.counters
+        _assert_caches_equal(s, b)
+    assert batched[0].counters.tentative == 5 and batched[1].counters.prefilled == 14 + 3
+    with pytest.raises(ValueError, match="per-row flags"):
+        forward_rows(handle, batched, new, all_logits=[True])
+
+
 def extend_rows_solo(handle: ModelHandle, states: list[CacheState],
                      new: list[list[int]]) -> list[torch.Tensor]:
     out = []

@@ -1,0 +1,389 @@
+"""The batching scheduler (issue 19): concurrent requests share their models' forwards.
+
+Every request still runs its steps top to bottom in its own thread (`loop._step` is unchanged); what
+changes is how a forward is run. With `EngineConfig(batching=True)` the engine's handles are
+`BatchingHandle`s, whose `forward` hands the call to the engine's `Batcher` and blocks until a
+*round* has run it:
+
+- **Admission** (`Batcher.admitted`, for a request's whole life): at most `max_active_requests`
+  requests hold caches at once; the others wait first come, first served, and a waiting request
+  honours its cancel flag and deadline. A cancelled request frees its place at once.
+- **The baton** (`Batcher.step`, around each step): the code between forwards runs for one request
+  at a time, as with the lock of the unbatched path, so tokenizers, the loop's caches and attention
+  recorders are never used from two threads at once. A request gives the baton away while it waits
+  for a forward, so the others can reach theirs.
+- **Rounds**: when every request inside a step waits for a forward (cancelled ones never count),
+  or when nothing happened for `batch_window_s` with forwards waiting, the thread that sees it
+  first runs a round. A round serves the model with the most waiting calls, plus any model whose
+  oldest call has waited as long as that model's last round took (ski rental: a call passed over
+  never waits more than its own forward costs, so no request starves, while calls for the target
+  gather as the others draft instead of a target forward in every round). Its single-row calls
+  go through `batch.forward_rows` in forwards of at most `max_batch_rows` rows (grouped by
+  length, so a long prefill never pads many short rows); what cannot be batched (a forked k > 1
+  proposal, a sliding-window cache) runs alone.
+  A request whose code between forwards takes long (waiting for a served target's answer) holds
+  the baton meanwhile: the round runs after the window, but the others go on only when it gives
+  the baton back (as with the unbatched path's lock).
+
+Results equal serial runs up to float rounding: each row sees only its own cache (see `batch.py`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+from specguard_core.config import EngineConfig
+from specguard_core.engine.batch import forward_rows
+from specguard_core.engine.capture import AttentionRecorder
+from specguard_core.engine.handle import CacheState, Forward, ModelHandle
+
+SLICE_S = 0.05  # how often a waiting request looks at its cancel flag and deadline
+# Padding short rows up to this many tokens per forward is cheap next to running them apart: on the
+# measured CPU 8 rows x 8 tokens cost 2.2x one 1-token decode of the target, 8 solo passes 8x
+# (benchmarks/results/batch-forward-cpu1core/).
+PAD_FREE_TOKENS = 64
+
+
+class Waiter(Protocol):
+    """A request as the scheduler sees it (`request.Request` is one)."""
+
+    cancel: threading.Event
+
+    def check(self) -> None: ...
+
+
+@dataclass(eq=False)
+class _Ticket:
+    """A request's place in the scheduler; `baton` while its step code runs."""
+
+    waiter: Waiter
+    baton: bool = False
+
+    @property
+    def live(self) -> bool:
+        return not self.waiter.cancel.is_set()
+
+
+@dataclass(eq=False)
+class Call:
+    """One forward a request waits for: `ModelHandle.forward`'s arguments, then its result."""
+
+    handle: ModelHandle
+    state: CacheState
+    input_ids: torch.Tensor  # [b, q]
+    all_logits: bool
+    hidden: bool
+    recorder: AttentionRecorder | None
+    tentative: bool
+    ticket: _Ticket
+    result: Forward | None = None
+    error: BaseException | None = None
+    done: bool = False
+    submitted: float = field(default_factory=time.monotonic)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    def batchable(self) -> bool:
+        """One cache row, full-attention layers only (what `forward_rows` takes)."""
+        cache = self.state.cache
+        if self.input_ids.shape[0] != 1 or cache is None:
+            return False
+        keys = getattr(cache.layers[0], "keys", None) if cache.layers else None
+        rows = int(keys.shape[0]) if keys is not None and keys.numel() else 1
+        return rows == 1 and all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+@dataclass
+class SchedulerStats:
+    """What the scheduler observed: rounds run, forwards (batched: more than one request's rows),
+    the most rows in one forward and the most requests admitted at once."""
+
+    rounds: int = 0
+    forwards: int = 0
+    batched_forwards: int = 0
+    rows: int = 0
+    max_rows: int = 0
+    max_active: int = 0
+    row_counts: dict[int, int] = field(default_factory=dict)  # rows per forward -> forwards
+
+    def count(self, rows: int) -> None:
+        self.forwards += 1
+        self.batched_forwards += rows > 1
+        self.rows += rows
+        self.max_rows = max(self.max_rows, rows)
+        self.row_counts[rows] = self.row_counts.get(rows, 0) + 1
+
+
+class Batcher:
+    """One per engine: admission, the baton, and the rounds (see the module docstring)."""
+
+    def __init__(self, max_batch_rows: int = 16, max_active_requests: int = 16,
+                 window_s: float = 0.05) -> None:
+        self.max_batch_rows, self.max_active_requests = max_batch_rows, max_active_requests
+        self.window_s = window_s
+        self.stats = SchedulerStats()
+        self._cond = threading.Condition()
+        self._baton = threading.Lock()
+        self._queue: deque[_Ticket] = deque()
+        self._active: dict[int, _Ticket] = {}  # id(waiter) -> ticket
+        self._in_step: list[_Ticket] = []
+        self._pending: list[Call] = []
+        self._running = False
+        self._cost: dict[int, float] = {}  # id(handle) -> seconds its part of the last round took
+        self._last_event = time.monotonic()
+        self._local = threading.local()
+
+    @classmethod
+    def of(cls, config: EngineConfig) -> Batcher | None:
+        """The engine's batcher, or None when `config.batching` is off."""
+        if not config.batching:
+            return None
+        return cls(config.max_batch_rows, config.max_active_requests, config.batch_window_s)
+
+    @property
+    def active(self) -> int:
+        """Requests admitted now (a cancelled one no longer counts)."""
+        with self._cond:
+            return sum(t.live for t in self._active.values())
+
+    # ---- admission and steps (the request's thread) ----------------------------------------
+    @contextmanager
+    def admitted(self, waiter: Waiter) -> Iterator[None]:
+        """Hold one of the `max_active_requests` places for the request's whole life; wait for
+        it in order. Raises what `waiter.check()` raises while waiting."""
+        ticket = _Ticket(waiter)
+        with self._cond:
+            self._queue.append(ticket)
+            try:
+                while (self._queue[0] is not ticket or sum(t.live for t in self._active.values())
+                       >= self.max_active_requests):
+                    waiter.check()
+                    self._cond.wait(SLICE_S)
+                waiter.check()
+            except BaseException:
+                self._queue.remove(ticket)
+                self._cond.notify_all()
+                raise
+            self._queue.popleft()
+            self._active[id(waiter)] = ticket
+            self.stats.max_active = max(self.stats.max_active,
+                                        sum(t.live for t in self._active.values()))
+            self._cond.notify_all()  # the next in the queue may fit too
+        try:
+            yield
+        finally:
+            with self._cond:
+                del self._active[id(waiter)]
+                self._touch()
+
+    @contextmanager
+    def step(self, waiter: Waiter) -> Iterator[None]:
+        """Run one step of an admitted request: its forwards go through the rounds, its other
+        code holds the baton."""
+        with self._cond:
+            ticket = self._active[id(waiter)]
+            self._in_step.append(ticket)
+            self._touch()
+        previous = getattr(self._local, "ticket", None)
+        try:
+            self._take_baton(ticket)
+            waiter.check()
+            self._local.ticket = ticket
+            yield
+        finally:
+            self._local.ticket = previous
+            if ticket.baton:
+                ticket.baton = False
+                self._baton.release()
+            with self._cond:
+                self._in_step.remove(ticket)
+                self._touch()  # the others may all be waiting now
+
+    def submit(self, call: Call) -> Forward:
+        """Wait for `call` to run in a round (leading the round when it is due); the caller holds
+        the baton before and after."""
+        ticket = call.ticket
+        with self._cond:
+            self._pending.append(call)
+            self._touch()
+        ticket.baton = False
+        self._baton.release()
+        self._await(call)
+        self._take_baton(ticket)
+        if call.error is not None:
+            raise call.error
+        assert call.result is not None
+        return call.result
+
+    def current(self) -> _Ticket | None:
+        """The ticket of the step running in this thread (None outside a batched step)."""
+        return getattr(self._local, "ticket", None)
+
+    def _take_baton(self, ticket: _Ticket) -> None:
+        while not self._baton.acquire(timeout=SLICE_S):
+            ticket.waiter.check()
+        ticket.baton = True
+
+    def _touch(self) -> None:
+        """Something happened (call with the condition held): wake the waiters, restart the
+        window."""
+        self._last_event = time.monotonic()
+        self._cond.notify_all()
+
+    # ---- rounds ------------------------------------------------------------------------------
+    def _await(self, call: Call) -> None:
+        with self._cond:
+            while not call.done:
+                try:
+                    call.ticket.waiter.check()
+                except BaseException:
+                    if call in self._pending:  # not taken by a round: it never runs
+                        self._pending.remove(call)
+                        self._touch()
+                    raise
+                if not self._running and self._due():
+                    self._lead()
+                    continue
+                idle = time.monotonic() - self._last_event
+                self._cond.wait(max(0.001, min(SLICE_S, self.window_s - idle))
+                                if self._pending and not self._running else SLICE_S)
+
+    def _due(self) -> bool:
+        """Every live request inside a step waits for a forward, or the window ran out."""
+        if not self._pending:
+            return False
+        waiting = {id(c.ticket) for c in self._pending}
+        if all(id(t) in waiting for t in self._in_step if t.live):
+            return True
+        return time.monotonic() - self._last_event >= self.window_s
+
+    def _lead(self) -> None:
+        """Run a round over the pending calls `_pick` chooses, with the condition released
+        meanwhile."""
+        calls = self._pick()
+        self._running = True
+        self._cond.release()
+        try:
+            self._run(calls)
+        finally:
+            self._cond.acquire()
+            self._running = False
+            self.stats.rounds += 1
+            for call in calls:
+                if not call.done:  # interrupted mid-round
+                    call.error, call.done = RuntimeError("the batching round was interrupted"), True
+            self._touch()
+
+    def _pick(self) -> list[Call]:
+        """Take the round's calls from the pending ones: those of the model with the most waiting
+        calls (the longest-waiting model on a tie), and of any model whose oldest call has waited
+        at least as long as that model's last round took (0 before its first); the rest stay."""
+        models: dict[int, list[Call]] = {}
+        for call in self._pending:
+            models.setdefault(id(call.handle), []).append(call)
+        now = time.monotonic()
+        chosen = {id(max(models.values(), key=len)[0].handle)}
+        chosen |= {key for key, calls in models.items()
+                   if now - calls[0].submitted >= self._cost.get(key, 0.0)}
+        picked = [c for c in self._pending if id(c.handle) in chosen]
+        self._pending = [c for c in self._pending if id(c.handle) not in chosen]
+        return picked
+
+    @torch.inference_mode()
+    def _run(self, calls: Sequence[Call]) -> None:
+        """Per model, in submission order: the batchable rows in padded forwards, the rest alone."""
+        handles: dict[int, list[Call]] = {}
+        for call in calls:
+            handles.setdefault(id(call.handle), []).append(call)
+        for key, group in handles.items():
+            t0 = time.perf_counter()
+            rows = [c for c in group if c.batchable()]
+            for call in group:
+                if call not in rows:
+                    self._solo(call)
+            for chunk in self._chunks(rows):
+                if len(chunk) == 1:
+                    self._solo(chunk[0])
+                else:
+                    self._batched(chunk)
+            if max(c.tokens for c in group) <= PAD_FREE_TOKENS:  # a prefill is no typical cost
+                with self._cond:
+                    self._cost[key] = time.perf_counter() - t0
+
+    def _chunks(self, rows: list[Call]) -> list[list[Call]]:
+        """Rows into forwards of at most `max_batch_rows`, longest first; a row joins a forward
+        while the padded size stays within `PAD_FREE_TOKENS` or twice the real tokens."""
+        chunks: list[list[Call]] = []
+        real = 0
+        for call in sorted(rows, key=lambda c: -c.tokens):
+            chunk = chunks[-1] if chunks else None
+            if chunk is not None and len(chunk) < self.max_batch_rows:
+                width = chunk[0].tokens  # the longest row: every row is padded to it
+                padded = (len(chunk) + 1) * width
+                if padded <= max(PAD_FREE_TOKENS, 2 * (real + call.tokens)):
+                    chunk.append(call)
+                    real += call.tokens
+                    continue
+            chunks.append([call])
+            real = call.tokens
+        return chunks
+
+    def _solo(self, call: Call) -> None:
+        try:
+            call.result = ModelHandle.forward(
+                call.handle, call.state, call.input_ids, all_logits=call.all_logits,
+                hidden=call.hidden, recorder=call.recorder, tentative=call.tentative)
+        except Exception as err:  # the request's own thread raises it
+            call.error = err
+        call.done = True
+        with self._cond:
+            self.stats.count(int(call.input_ids.shape[0]))
+
+    def _batched(self, chunk: list[Call]) -> None:
+        recorders = [c.recorder for c in chunk]
+        try:
+            outs = forward_rows(
+                chunk[0].handle, [c.state for c in chunk],
+                [c.input_ids[0].tolist() for c in chunk],
+                all_logits=[c.all_logits for c in chunk], hidden=any(c.hidden for c in chunk),
+                recorders=recorders if any(r is not None for r in recorders) else None,
+                tentative=[c.tentative for c in chunk])
+            for call, out in zip(chunk, outs, strict=True):
+                call.result = out if call.hidden else Forward(out.logits, None, None)
+        except Exception as err:
+            for call in chunk:
+                call.error = err
+        for call in chunk:
+            call.done = True
+        with self._cond:
+            self.stats.count(len(chunk))
+
+
+class BatchingHandle(ModelHandle):
+    """A `ModelHandle` whose forwards, inside a batched step, go through its `Batcher`'s rounds
+    (outside one, e.g. a direct call, they run at once as `ModelHandle.forward`)."""
+
+    def __init__(self, model: Any, tokenizer: Any, batcher: Batcher, name: str = "") -> None:
+        super().__init__(model, tokenizer, name)
+        self.batcher = batcher
+
+    def forward(self, state: CacheState, input_ids: torch.Tensor, *, all_logits: bool = False,
+                hidden: bool = False, recorder: AttentionRecorder | None = None,
+                tentative: bool = False) -> Forward:
+        ticket = self.batcher.current()
+        if ticket is None:
+            return super().forward(state, input_ids, all_logits=all_logits, hidden=hidden,
+                                   recorder=recorder, tentative=tentative)
+        return self.batcher.submit(Call(self, state, input_ids, all_logits, hidden, recorder,
+                                        tentative, ticket))
