@@ -15,7 +15,14 @@ import sys
 from typing import Any
 
 from specguard.cli.run import add_loader_flags, add_remote_flags, loader_options, remote_options
-from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, parse_sets, preset
+from specguard_core.config import (
+    PRESETS,
+    EngineConfig,
+    NormBounds,
+    SpecGuardConfig,
+    parse_sets,
+    preset,
+)
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 API_KEY_ENV = "SPECGUARD_API_KEY"
@@ -47,9 +54,12 @@ def add_serve_parser(sub: Any) -> None:
                    help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}, else none)")
     p.add_argument("--served-model-name", help="the model id clients send (default: "
                    "specguard:<draft>+<target> as given here; GET /v1/models shows it)")
-    p.add_argument("--max-concurrent", type=int, default=1,
-                   help="requests run at once (the engine serves one at a time today; "
-                   "default %(default)s)")
+    p.add_argument("--batching", action="store_true",
+                   help="concurrent requests share the models' forwards (EngineConfig(batching="
+                   "True), README \"Batching\"); off: they take turns step by step")
+    p.add_argument("--max-concurrent", type=int, default=None,
+                   help="requests run at once (default: 1, or with --batching the engine's "
+                   f"max_active_requests, {EngineConfig().max_active_requests})")
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests waiting for a slot; more get 503 (default %(default)s)")
     p.add_argument("--log-level", default="info",
@@ -97,7 +107,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     target, remote = remote_options(args)
     target_name = remote.get("target_model") or target
-    settings = ServeSettings(api_key=args.api_key or None, max_concurrent=args.max_concurrent,
+    engine_config = EngineConfig(batching=True) if args.batching else None
+    concurrent = args.max_concurrent if args.max_concurrent is not None else (
+        engine_config.max_active_requests if engine_config else 1)
+    settings = ServeSettings(api_key=args.api_key or None, max_concurrent=concurrent,
                              max_queue=args.max_queue,
                              model_name=args.served_model_name or
                              f"specguard:{args.draft}+{target_name}")
@@ -114,7 +127,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         with Console(stderr=True).status(f"loading {args.draft} and {target} ..."):
             engine = SpecGuardEngine.from_pretrained(args.draft, target, device=args.device,
-                                                     dtype=args.dtype, config=cfg, **options, **remote)
+                                                     dtype=args.dtype, config=cfg,
+                                                     engine_config=engine_config, **options,
+                                                     **remote)
     except BaseException:
         sock.close()
         raise

@@ -106,3 +106,26 @@ def test_serve_runs_with_its_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     # the loader flags `specguard run` has, per-model device/dtype included
     assert (seen["target_dtype"], seen["draft_device"], seen["draft_dtype"], seen["revision"]) == (
         "bfloat16", "cpu", None, "v1")
+
+
+def test_serve_batching_flag_builds_a_batching_engine_with_its_slots(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_load(draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
+        seen.update(kwargs)
+        return scripted_engine(reply, config=kwargs["config"])
+
+    def fake_app(engine: Any, settings: Any) -> Any:
+        seen["settings"] = settings
+        raise SystemExit(0)  # stop before uvicorn starts
+
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained", staticmethod(fake_load))
+    monkeypatch.setattr("specguard.serve.app.create_app", fake_app)
+    for argv, batching, slots in ((["--batching"], True, 16), ([], False, 1),
+                                  (["--batching", "--max-concurrent", "3"], True, 3)):
+        with pytest.raises(SystemExit):
+            main(["serve", "--port", "0", *argv])
+        cfg = seen["engine_config"]
+        assert (cfg is not None and cfg.batching) == batching
+        assert seen["settings"].max_concurrent == slots
