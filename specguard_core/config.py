@@ -131,6 +131,9 @@ class SpecGuardConfig(BaseModel):
     sd_draft_tokens: int = Field(5, ge=1, le=64, description="speculative fallback: tokens the "
                                  "draft proposes per target pass at first (+2 if all kept, -1 if not)")
     sd_max_draft_tokens: int = Field(16, ge=1, le=64)
+    sd_confidence: float = Field(0.0, ge=0.0, le=1.0, description="speculative fallback: the draft "
+                                 "ends its run after a token it gives less than this probability "
+                                 "(transformers' assistant_confidence_threshold; 0: never)")
     # stop
     max_new_tokens: int = Field(512, ge=1)
     max_steps: int = Field(64, ge=1)

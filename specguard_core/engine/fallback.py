@@ -6,7 +6,9 @@
   selected draft step (`first`, the same pass a target check or target scoring made) keeps the
   prefix it agrees with plus its own next token; then the draft proposes `req.draft_run` tokens
   from its persistent cache and the target verifies them in one pass, until the step ends. The run
-  length adapts as transformers' assisted generation does (+2 when all were kept, -1 otherwise).
+  length adapts as transformers' assisted generation does (+2 when all were kept, -1 otherwise),
+  and with `sd_confidence` a run also ends after a token the draft gives less than that probability
+  (transformers' `assistant_confidence_threshold`).
   Greedy with `fallback_acceptance="typical"`, a drafted token is also kept when it passes the
   target check's typical acceptance (the same rule as `target-checked` steps; not the target's
   greedy text any more).
@@ -16,6 +18,7 @@ Both end with each cache holding the committed ids (or with them pending), never
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -187,7 +190,7 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
         probs.append(p)
         rows.append(logits)
         lps.append(logp)
-        if int(t) in draft.eos_ids or j == g - 1:
-            break
+        if int(t) in draft.eos_ids or j == g - 1 or math.exp(logp) < req.cfg.sd_confidence:
+            break  # a token the draft doubts is likely refused: let the target judge the run now
         draft.extend(state, [int(t)])
     return toks, probs, rows, lps
