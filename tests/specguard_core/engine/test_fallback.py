@@ -214,3 +214,15 @@ def test_typical_acceptance_in_the_fallback_keeps_more_draft_tokens(
     assert verified and all_ids(typical) != all_ids(exact)
     per_pass = [r.stats.draft_tokens / r.stats.target_forward_passes for r in (exact, typical)]
     assert per_pass[1] > per_pass[0]
+
+
+def test_a_confidence_stop_keeps_the_fallback_exact(engine: SpecGuardEngine) -> None:
+    """sd_confidence ends a draft run early at a doubted token: the output is still the target's
+    greedy text; stopping at every token (1.0) takes more, shorter target passes."""
+    target = reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
+    runs = {c: engine.generate(QUESTION, tau=math.inf, sd_confidence=c) for c in (0.0, 0.5, 1.0)}
+    assert all(all_ids(r) == target for r in runs.values())
+    passes = [runs[c].stats.target_forward_passes for c in (0.0, 1.0)]
+    assert passes[1] > passes[0]
+    wasted = [sum(s.draft_wasted for s in runs[c].steps) for c in (0.0, 1.0)]
+    assert wasted[1] < wasted[0]
