@@ -53,3 +53,12 @@ s8 check8 --set balanced.check_tokens=8
 s8 check16-below0.5 --set balanced.check_tokens=16 --set balanced.check_below=0.5
 s8 check16-typicalfb --set balanced.check_tokens=16 --set balanced.fallback_acceptance=typical
 s8 token-sd --methods token-sd
+# 7. (eighth session, core 1 instead of 0, code of the sd_confidence commit) the speculative
+#    fallback ending a draft run at a token the draft doubts (transformers' assistant_confidence_
+#    threshold 0.4): slower here (68.5 s and 69.3 s against 62.7 s; token-sd 68.6 s), so it stays off.
+#    Folders: benchmarks/results/tune-balanced/s8c1-*.
+s8c1() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" --n 4 "$@" --out "benchmarks/results/tune-balanced/s8c1-$name"; }
+s8c1 sdconf0.4 --set balanced.sd_confidence=0.4
+s8c1 check16
+s8c1 token-sd --methods token-sd
+s8c1 sdconf0.4-below0.4 --set balanced.sd_confidence=0.4 --set balanced.check_below=0.4
