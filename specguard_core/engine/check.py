@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.handle import CacheState, ModelHandle, TentativePass
+from specguard_core.engine.request import Request
 from specguard_core.engine.sampling import Shaping
 from specguard_core.engine.speculative import typical_prefix
+from specguard_core.engine.target import Target
 
 
 @dataclass
@@ -36,6 +38,20 @@ class GrowingCheck:
     passed: int = 0
     passes: int = 0
     seconds: float = field(default=0.0)
+
+    @classmethod
+    def of(cls, target: Target, req: Request, same_vocab: bool) -> GrowingCheck | None:
+        """A check of `req`'s next draft step while it is written, when configured
+        (`check_tokens`) and when every step goes to the target check anyway: one candidate,
+        `tau_accept` = +inf, a speculative fallback to finish a refused step, draft scoring, the
+        same vocabulary and an in-process target, no forced tool call; else None."""
+        cfg = req.cfg
+        forced = req.required is not None and not req.in_think
+        if (cfg.check_tokens == 0 or cfg.k != 1 or cfg.thresholds[0] != math.inf
+                or cfg.fallback != "speculative" or cfg.scoring_model != "draft" or forced
+                or not same_vocab or not isinstance(target, ModelHandle)):
+            return None
+        return cls(target, req.target, cfg)
 
     def __call__(self, token_ids: list[int], logprobs: list[float]) -> bool:
         """`propose`'s watcher: True (stop the draft) once a written token was refused."""

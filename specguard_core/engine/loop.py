@@ -38,7 +38,7 @@ from specguard_core.engine.handle import ModelHandle, TentativePass
 from specguard_core.engine.probe import Cards
 from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, propose
 from specguard_core.engine.remote import check_served_target
-from specguard_core.engine.request import Request, Step
+from specguard_core.engine.request import Phases, Request, Step
 from specguard_core.engine.sampling import Shaping
 from specguard_core.engine.scheduler import Batcher, BatchingHandle
 from specguard_core.engine.selector import Selector
@@ -50,24 +50,6 @@ from specguard_core.engine.target import Target
 from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
 from specguard_core.models.loading import check_pair, check_vocab
 from specguard_core.types import Cancelled, GenerationResult, StepKind, StepPath, StepRecord
-
-
-class Phases(dict[str, float]):
-    """Seconds per phase of one step: `with timed("propose"): ...`."""
-
-    @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self[name] = self.get(name, 0.0) + time.perf_counter() - t0
-
-    def move(self, seconds: float, src: str, dst: str) -> None:
-        """Count `seconds` timed inside phase `src` as phase `dst`'s."""
-        if seconds:
-            self[src] = self.get(src, 0.0) - seconds
-            self[dst] = self.get(dst, 0.0) + seconds
 
 
 class SpecGuardEngine:
@@ -280,7 +262,7 @@ class SpecGuardEngine:
         timed = Phases()
         with timed("catch_up"):
             self.draft.catch_up(req.draft)
-        growing = self._growing_check(req)
+        growing = GrowingCheck.of(self.target, req, self.same_vocab)
         with timed("propose"):
             proposal = propose(self.draft, req.draft, self._draft_spec(req, selector),
                                req.generator, check=req.check, watch=growing)
@@ -316,19 +298,6 @@ class SpecGuardEngine:
             with timed("fallback"):
                 step = self._fall_back(req, proposal, pick, selector, tpass, passed)
         return req.commit(step, verdict, timed, draft_step.text)
-
-    def _growing_check(self, req: Request) -> GrowingCheck | None:
-        """A check of the draft's step while it is written, when configured (`check_tokens`) and
-        when every step goes to the target check anyway: one candidate, `tau_accept` = +inf, a
-        speculative fallback to finish a refused step, the same vocabulary and an in-process
-        target, no forced tool call."""
-        cfg = req.cfg
-        forced = req.required is not None and not req.in_think
-        if (cfg.check_tokens == 0 or cfg.k != 1 or cfg.thresholds[0] != math.inf
-                or cfg.fallback != "speculative" or cfg.scoring_model != "draft" or forced
-                or not self.same_vocab or not isinstance(self.target, ModelHandle)):
-            return None
-        return GrowingCheck(self.target, req.target, cfg)
 
     def _draft_spec(self, req: Request, selector: Selector) -> SampleSpec:
         cfg = req.cfg

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +33,24 @@ from specguard_core.types import (
     ToolCall,
     Usage,
 )
+
+
+class Phases(dict[str, float]):
+    """Seconds per phase of one step: `with timed("propose"): ...`."""
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self[name] = self.get(name, 0.0) + time.perf_counter() - t0
+
+    def move(self, seconds: float, src: str, dst: str) -> None:
+        """Count `seconds` timed inside phase `src` as phase `dst`'s."""
+        if seconds:
+            self[src] = self.get(src, 0.0) - seconds
+            self[dst] = self.get(dst, 0.0) + seconds
 
 
 @dataclass
