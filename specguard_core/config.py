@@ -119,7 +119,8 @@ class SpecGuardConfig(BaseModel):
                                  "needs p >= typical_ratio * the target's top probability (0: "
                                  "Medusa's bound alone; 1: the target's argmax only)")
     check_tokens: int = Field(0, ge=0, le=256, description="target check while the draft writes "
-                              "(k=1, tau_accept=+inf, speculative fallback): check after every "
+                              "(k=1, tau_accept=+inf, tau_reject=-inf, speculative fallback, an "
+                              "in-process target; else each written step is checked): check after every "
                               "check_tokens unchecked draft tokens and stop the draft at the first "
                               "refused one (0: check each step once it is written)")
     check_below: float = Field(0.0, ge=0.0, le=1.0, description="with check_tokens: also check right "

@@ -1,9 +1,9 @@
 """Admission and slots: how many requests are in (`max_concurrent + max_queue`), how many run,
 and the lease that frees a request's place however it ends.
 
-`Slots` is the one seam for concurrency: `max_concurrent` requests iterate the engine at once. The
-engine serves one request at a time today (a lock), so a wider slot count only queues on it;
-batching will widen it.
+`Slots` is the one seam for concurrency: `max_concurrent` requests iterate the engine at once. An
+engine without batching serves one step at a time (a lock), so a wider slot count only queues on
+it; a batching engine (`specguard serve --batching`) runs them together.
 """
 
 from __future__ import annotations

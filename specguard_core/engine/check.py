@@ -43,11 +43,12 @@ class GrowingCheck:
     def of(cls, target: Target, req: Request, same_vocab: bool) -> GrowingCheck | None:
         """A check of `req`'s next draft step while it is written, when configured
         (`check_tokens`) and when every step goes to the target check anyway: one candidate,
-        `tau_accept` = +inf, a speculative fallback to finish a refused step, draft scoring, the
-        same vocabulary and an in-process target, no forced tool call; else None."""
+        `tau_accept` = +inf and `tau_reject` = -inf, a speculative fallback to finish a refused
+        step, draft scoring, the same vocabulary and an in-process target, no forced tool call;
+        else None."""
         cfg = req.cfg
         forced = req.required is not None and not req.in_think
-        if (cfg.check_tokens == 0 or cfg.k != 1 or cfg.thresholds[0] != math.inf
+        if (cfg.check_tokens == 0 or cfg.k != 1 or cfg.thresholds != (math.inf, -math.inf)
                 or cfg.fallback != "speculative" or cfg.scoring_model != "draft" or forced
                 or not same_vocab or not isinstance(target, ModelHandle)):
             return None
@@ -57,7 +58,7 @@ class GrowingCheck:
         """`propose`'s watcher: True (stop the draft) once a written token was refused."""
         new = len(token_ids) - self.checked
         unsure = self.cfg.check_below > 0 and math.exp(logprobs[-1]) < self.cfg.check_below
-        if new < self.cfg.check_tokens and not unsure:
+        if new <= 0 or (new < self.cfg.check_tokens and not unsure):
             return False
         self._judge(token_ids, len(token_ids))
         return self.passed < self.checked

@@ -227,6 +227,11 @@ class ModelHandle:
         """Grow the tentative pass `tpass` by `ids` in one forward (see `TentativePass.extend`)."""
         if not ids:
             return
+        held = _kv(tpass.state).get_seq_length()
+        if held != len(tpass.state.ids) + len(tpass.ids):
+            raise ValueError(f"this pass's cache holds {held} positions, not its "
+                             f"{len(tpass.state.ids)} committed + {len(tpass.ids)} tentative "
+                             "tokens: a pass can only grow right after it was made or grown")
         out = self.forward(tpass.state, torch.tensor([ids]), all_logits=True, tentative=True)
         tpass.ids = tpass.ids + list(ids)
         tpass.logits = torch.cat([tpass.logits, out.logits[0]])  # [T+T'+1, V]

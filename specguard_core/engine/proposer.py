@@ -222,9 +222,11 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
                 whole_logits[i] = logits[i]
             if c.end is not None:
                 c.next_logits = logits[i]
-        if watch is not None and cands[0].end is None and watch(texts[0].token_ids,
-                                                                cands[0].logprobs):
-            cands[0].end, cands[0].next_logits = "refused", logits[0]
+        if watch is not None and cands[0].end is None:
+            # whole characters only: a budget cut would trim the tokens of an unfinished one
+            n = texts[0].n_whole or len(texts[0].token_ids)
+            if watch(texts[0].token_ids[:n], cands[0].logprobs[:n]):
+                cands[0].end, cands[0].next_logits = "refused", logits[0]
         if all(c.end is not None for c in cands):
             break
     rows = _square(att_rows, k, len(spec.capture_layers or ()), dev)  # [k, L, T, T] or None

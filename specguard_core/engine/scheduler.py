@@ -6,12 +6,16 @@ changes is how a forward is run. With `EngineConfig(batching=True)` the engine's
 *round* has run it:
 
 - **Admission** (`Batcher.admitted`, for a request's whole life): at most `max_active_requests`
-  requests hold caches at once; the others wait first come, first served, and a waiting request
-  honours its cancel flag and deadline. A cancelled request frees its place at once.
+  requests hold places at once; the others wait first come, first served, and a waiting request
+  honours its cancel flag and deadline. A cancelled request frees its place at once (its cache
+  goes when its thread leaves its current forward, so memory can briefly exceed the bound). A
+  thread that holds every place and asks for another (streams it opened and left half-read) gets
+  an `InputError` instead of waiting for itself.
 - **The baton** (`Batcher.step`, around each step): the code between forwards runs for one request
-  at a time, as with the lock of the unbatched path, so tokenizers, the loop's caches and attention
-  recorders are never used from two threads at once. A request gives the baton away while it waits
-  for a forward, so the others can reach theirs.
+  at a time, as with the lock of the unbatched path, so the loop's caches, attention recorders and
+  the tokenizers inside a step are never used from two threads at once (`stream` encodes a prompt
+  before admission, in the caller's thread, as without batching). A request gives the baton away
+  while it waits for a forward, so the others can reach theirs.
 - **Rounds**: when every request inside a step waits for a forward (cancelled ones never count),
   or when nothing happened for `batch_window_s` with forwards waiting, the thread that sees it
   first runs a round. A round serves the model with the most waiting calls, plus any model whose
@@ -44,6 +48,7 @@ from transformers.cache_utils import DynamicLayer
 from specguard_core.config import EngineConfig
 from specguard_core.engine.batch import forward_rows
 from specguard_core.engine.capture import AttentionRecorder
+from specguard_core.engine.chat import InputError
 from specguard_core.engine.handle import CacheState, Forward, ModelHandle
 
 SLICE_S = 0.05  # how often a waiting request looks at its cancel flag and deadline
@@ -66,6 +71,7 @@ class _Ticket:
     """A request's place in the scheduler; `baton` while its step code runs."""
 
     waiter: Waiter
+    thread: int = 0  # the thread that asked for the place
     baton: bool = False
 
     @property
@@ -149,6 +155,13 @@ class Batcher:
         """The engine's batcher, or None when `config.batching` is off."""
         if not config.batching:
             return None
+        import transformers.modeling_utils as modeling_utils
+
+        if not hasattr(modeling_utils, "slice_logits_to_keep"):
+            raise ValueError(
+                f"EngineConfig(batching=True) needs a transformers that takes per-row "
+                f"logits_to_keep (5.24 does; this is {transformers_version()}); upgrade "
+                "transformers or leave batching off")
         return cls(config.max_batch_rows, config.max_active_requests, config.batch_window_s)
 
     @property
@@ -162,12 +175,20 @@ class Batcher:
     def admitted(self, waiter: Waiter) -> Iterator[None]:
         """Hold one of the `max_active_requests` places for the request's whole life; wait for
         it in order. Raises what `waiter.check()` raises while waiting."""
-        ticket = _Ticket(waiter)
+        ticket = _Ticket(waiter, threading.get_ident())
         with self._cond:
             self._queue.append(ticket)
             try:
                 while (self._queue[0] is not ticket or sum(t.live for t in self._active.values())
                        >= self.max_active_requests):
+                    held = [t for t in self._active.values() if t.live]
+                    if len(held) >= self.max_active_requests and all(
+                            t.thread == ticket.thread for t in held):
+                        raise InputError(
+                            f"this thread holds all of the engine's {self.max_active_requests} "
+                            "batching places (streams it has not finished or closed) and "
+                            "waits for another: it would wait for itself; read or close() its "
+                            "open streams first, or raise EngineConfig.max_active_requests")
                     waiter.check()
                     self._cond.wait(SLICE_S)
                 waiter.check()
@@ -217,8 +238,9 @@ class Batcher:
         with self._cond:
             self._pending.append(call)
             self._touch()
-        ticket.baton = False
-        self._baton.release()
+        if ticket.baton:
+            ticket.baton = False
+            self._baton.release()
         self._await(call)
         self._take_baton(ticket)
         if call.error is not None:
@@ -348,7 +370,7 @@ class Batcher:
             call.error = err
         call.done = True
         with self._cond:
-            self.stats.count(int(call.input_ids.shape[0]))
+            self.stats.count(1)  # one request's forward (a forked proposal's k rows included)
 
     def _batched(self, chunk: list[Call]) -> None:
         recorders = [c.recorder for c in chunk]
@@ -361,9 +383,12 @@ class Batcher:
                 tentative=[c.tentative for c in chunk])
             for call, out in zip(chunk, outs, strict=True):
                 call.result = out if call.hidden else Forward(out.logits, None, None)
-        except Exception as err:
+        except Exception:
+            # one row's failure must not fail the others: run each alone (the caches are only
+            # written after the forward, so nobody's cache changed)
             for call in chunk:
-                call.error = err
+                self._solo(call)
+            return
         for call in chunk:
             call.done = True
         with self._cond:
@@ -387,3 +412,9 @@ class BatchingHandle(ModelHandle):
                                    recorder=recorder, tentative=tentative)
         return self.batcher.submit(Call(self, state, input_ids, all_logits, hidden, recorder,
                                         tentative, ticket))
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)

@@ -79,3 +79,34 @@ def test_other_configurations_check_the_written_step(engine: SpecGuardEngine) ->
         b = engine.generate(QUESTION, check_tokens=2, **cfg)
         assert all_ids(a) == all_ids(b)
         assert a.stats.target_forward_passes == b.stats.target_forward_passes
+
+
+@pytest.fixture(scope="module")
+def noisier(tmp_path_factory: pytest.TempPathFactory) -> SpecGuardEngine:
+    pair = noisy_copy_pair(tmp_path_factory.mktemp("noisier"), noise=0.05)
+    return SpecGuardEngine(*pair, config=SpecGuardConfig(**GREEDY, fallback="speculative"))
+
+
+@pytest.mark.parametrize("prompt", ["Ünïcödé ☃ 日本語 test",
+                                    "Please reason step by step about this question. " * 3])
+@pytest.mark.parametrize("max_step", [3, 7])
+def test_short_budgets_and_split_characters_keep_the_whole_step_verdicts(
+        noisier: SpecGuardEngine, prompt: str, max_step: int) -> None:
+    """A step cut by its token budget drops the tokens of an unfinished character; the check
+    while writing never judges those (it sees whole characters only), so paths stay equal."""
+    cfg = dict(CHECKED, typical_eps=0.1, typical_delta=0.3, typical_ratio=0.0,
+               max_step_tokens=max_step, max_new_tokens=50)
+    whole = noisier.generate(prompt, **cfg)
+    for every, below in ((1, 0.0), (2, 0.0), (3, 0.0), (64, 0.5), (4, 0.3)):
+        growing = noisier.generate(prompt, check_tokens=every, check_below=below, **cfg)
+        assert all_ids(growing) == all_ids(whole)
+        assert [s.path for s in growing.steps] == [s.path for s in whole.steps]
+
+
+def test_a_finite_tau_reject_checks_the_written_step(engine: SpecGuardEngine) -> None:
+    """Steps may then be rejected on their score, which needs the whole step: check_tokens is
+    not used (same output, same target passes)."""
+    cfg = dict(CHECKED, tau_reject=0.9)
+    a, b = engine.generate(QUESTION, **cfg), engine.generate(QUESTION, check_tokens=3, **cfg)
+    assert all_ids(a) == all_ids(b)
+    assert a.stats.target_forward_passes == b.stats.target_forward_passes

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
+from specguard_core.engine.chat import InputError
 from specguard_core.engine.scheduler import Batcher, BatchingHandle
 from specguard_core.types import Cancelled, GenerationResult
 from tests.fixtures import WEATHER
@@ -133,7 +134,10 @@ def test_cancelling_one_request_mid_batch_changes_nobody_else(
 def test_a_queued_request_honours_its_timeout(pair: tuple[Any, Any, Any, Any]) -> None:
     _, batched = engines(pair, max_active_requests=1)
     busy = batched.stream(LONG, max_new_tokens=40)
-    next(busy)  # admitted, holds the only place until it ends
+    # admitted in another thread (one thread waiting for its own place is an error, tested below)
+    starter = threading.Thread(target=lambda: next(busy))
+    starter.start()
+    starter.join()  # it holds the only place until it ends
     t0 = time.perf_counter()
     with pytest.raises(TimeoutError):
         batched.generate(SHORT, timeout=0.2)
@@ -265,3 +269,42 @@ def test_a_request_busy_between_forwards_holds_up_a_round_only_for_the_window(
     for t in threads:
         t.join(timeout=10)
     assert ran_after and ran_after[0] < 1.0 and batcher.stats.rounds == 1
+
+
+def test_one_failing_row_does_not_fail_its_batch_mates(pair: tuple[Any, Any, Any, Any],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batched forward that fails (here whenever one long row is in it, as an out-of-memory
+    could) is run again call by call, so only that request sees the error."""
+    from specguard_core.engine import scheduler
+
+    serial, batched = engines(pair)
+    real = scheduler.forward_rows
+
+    def flaky(handle: Any, states: Any, ids: list[list[int]], **kw: Any) -> Any:
+        if len(ids) > 1 and any(len(i) > 30 for i in ids):
+            raise RuntimeError("one row too many")
+        return real(handle, states, ids, **kw)
+
+    monkeypatch.setattr(scheduler, "forward_rows", flaky)
+    prompts = ["What is 3 + 4?", "word " * 20, "Hi"]
+    got = concurrently([lambda p=p: batched.generate(p) for p in prompts])
+    assert all(same(g, serial.generate(p)) for g, p in zip(got, prompts, strict=True))
+
+
+def test_a_lone_forked_proposal_is_not_counted_as_batched(pair: tuple[Any, Any, Any, Any]) -> None:
+    _, batched = engines(pair)
+    batched.generate("What is 3 + 4?", k=3, temperature=0.8, seed=5, tau=0.5)
+    assert batched.batcher is not None and batched.batcher.stats.batched_forwards == 0
+
+
+def test_one_thread_holding_every_place_gets_an_error_not_a_deadlock(
+        pair: tuple[Any, Any, Any, Any]) -> None:
+    _, batched = engines(pair, max_active_requests=2)
+    streams = [batched.stream("Hi") for _ in range(3)]
+    with pytest.raises(InputError, match="read or close"):
+        for _ in zip(*streams, strict=False):
+            pass
+    for s in streams:
+        s.close()
+    assert batched.batcher is not None and batched.batcher.active == 0
+    assert batched.generate("Hi").text is not None  # still usable
