@@ -191,7 +191,7 @@ class ModelHandle:
         the rest of the row is cropped. `logits` predict the token after them when all of them were
         fed, else None (stale)."""
         cache = _kv(state)
-        if _rows(cache) > 1:
+        if cache_rows(cache) > 1:
             cache.batch_select_indices(torch.tensor([row], device=self.device))
         state.counters.discarded += _crop(cache, len(state.ids) + len(new_ids))
         state.ids.extend(new_ids)
@@ -297,7 +297,7 @@ def _kv(state: CacheState) -> DynamicCache:
 def _single_row(state: CacheState) -> DynamicCache:
     if state.cache is None:
         raise ValueError("a served target's state has no local cache to batch")
-    if _rows(state.cache) != 1:
+    if cache_rows(state.cache) != 1:
         raise ValueError("a state in the middle of a proposal (forked cache rows) cannot be batched;"
                          " end the proposal with commit_row / drop_uncommitted first")
     return state.cache
@@ -316,9 +316,9 @@ def _tensors(layer: DynamicLayer) -> tuple[torch.Tensor, torch.Tensor]:
     return layer.keys, layer.values
 
 
-def _rows(cache: DynamicCache) -> int:
-    layer = cache.layers[0]
-    keys = getattr(layer, "keys", None)
+def cache_rows(cache: DynamicCache) -> int:
+    """The rows (batch size) the cache holds; 1 while it is empty."""
+    keys = getattr(cache.layers[0], "keys", None) if cache.layers else None
     return int(keys.shape[0]) if keys is not None and keys.numel() else 1
 
 

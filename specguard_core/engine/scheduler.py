@@ -49,7 +49,7 @@ from specguard_core.config import EngineConfig
 from specguard_core.engine.batch import forward_rows
 from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import InputError
-from specguard_core.engine.handle import CacheState, Forward, ModelHandle
+from specguard_core.engine.handle import CacheState, Forward, ModelHandle, cache_rows
 
 SLICE_S = 0.05  # how often a waiting request looks at its cancel flag and deadline
 # Padding short rows up to this many tokens per forward is cheap next to running them apart: on the
@@ -105,9 +105,7 @@ class Call:
         cache = self.state.cache
         if self.input_ids.shape[0] != 1 or cache is None:
             return False
-        keys = getattr(cache.layers[0], "keys", None) if cache.layers else None
-        rows = int(keys.shape[0]) if keys is not None and keys.numel() else 1
-        return rows == 1 and all(type(layer) is DynamicLayer for layer in cache.layers)
+        return cache_rows(cache) == 1 and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
 @dataclass
