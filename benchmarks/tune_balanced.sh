@@ -62,3 +62,7 @@ s8c1 sdconf0.4 --set balanced.sd_confidence=0.4
 s8c1 check16
 s8c1 token-sd --methods token-sd
 s8c1 sdconf0.4-below0.4 --set balanced.sd_confidence=0.4 --set balanced.check_below=0.4
+# 8. the chunk size again (core 1): 12 -> 78.7 s, 24 -> 78.2 s against 16's 62.7 s, the gap being
+#    problem 923's text (a bf16 verdict flip: 258 or 354 tokens), not the size; 16 stays.
+s8c1 check24 --set balanced.check_tokens=24
+s8c1 check12 --set balanced.check_tokens=12
