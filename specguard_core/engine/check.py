@@ -6,8 +6,10 @@ refuses (on the default pair most checked steps fail, after about 60 wasted toke
 `check_tokens` unchecked tokens, or right after a token the draft gave less than `check_below`
 probability, the target's tentative pass over the step grows by the new tokens
 (`TentativePass.extend`, one forward) and judges them with the same typical acceptance as the
-whole-step check; at the first refused token the draft stops. The verdicts equal the whole-step
-check's: the rows are the same target's, fed in pieces.
+whole-step check; at the first refused token the draft stops. The verdicts are the whole-step
+check's (the same target rows, fed in pieces: equal in float32; bf16 rounding of the smaller passes
+can flip a borderline token). The watcher sees whole characters only, so a budget cut that drops an
+unfinished character never changes a verdict.
 """
 
 from __future__ import annotations
