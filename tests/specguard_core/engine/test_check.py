@@ -110,3 +110,27 @@ def test_a_finite_tau_reject_checks_the_written_step(engine: SpecGuardEngine) ->
     a, b = engine.generate(QUESTION, **cfg), engine.generate(QUESTION, check_tokens=3, **cfg)
     assert all_ids(a) == all_ids(b)
     assert a.stats.target_forward_passes == b.stats.target_forward_passes
+
+
+def test_cancelling_mid_check_leaves_the_engine_usable(engine: SpecGuardEngine,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request cancelled while the target judges the growing step stops at its next forward;
+    the next request gets exactly what it would have got anyway."""
+    from specguard_core.engine.check import GrowingCheck
+
+    want = engine.generate(QUESTION, check_tokens=2, **CHECKED)
+    stream = engine.stream(QUESTION, check_tokens=2, **CHECKED)
+    real, calls = GrowingCheck._judge, []
+
+    def judge(self: GrowingCheck, token_ids: list[int], n_fed: int) -> None:
+        calls.append(len(token_ids))
+        if len(calls) == 3:
+            stream._cancel.set()  # as close() from another thread would, mid-check
+        real(self, token_ids, n_fed)
+
+    monkeypatch.setattr(GrowingCheck, "_judge", judge)
+    steps = list(stream)  # ends quietly at the cancel
+    assert len(calls) == 3 and stream.cancelled and len(steps) < len(want.steps)
+    monkeypatch.setattr(GrowingCheck, "_judge", real)
+    again = engine.generate(QUESTION, check_tokens=2, **CHECKED)
+    assert all_ids(again) == all_ids(want)
