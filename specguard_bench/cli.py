@@ -188,8 +188,7 @@ def _served(args: argparse.Namespace) -> Any:
     served-target flag without --target-url is a ValueError."""
     from specguard_bench.engines import ServedTarget
 
-    options = target_flags(args)
-    if options is None:
+    if target_flags(args) is None:  # also refuses served-target flags without --target-url
         return None
     return ServedTarget(url=args.target_url, model=args.target_model,
                         tokenizer=args.target_tokenizer, timeout_s=args.target_timeout,

@@ -25,7 +25,13 @@ from collections.abc import Sequence
 import torch
 
 from specguard_core.engine.capture import AttentionRecorder
-from specguard_core.engine.handle import CacheState, Forward, ModelHandle, TentativePass
+from specguard_core.engine.handle import (
+    CacheState,
+    Forward,
+    ModelHandle,
+    TentativePass,
+    count_forward,
+)
 
 PAD_ID = 0  # any valid token id: pad columns are masked out and their outputs dropped
 
@@ -85,7 +91,7 @@ def forward_rows(handle: ModelHandle, states: Sequence[CacheState],
     logits = out.logits.split(kept) if any(every) else out.logits  # [q_i, V] / [b, 1, V]
     forwards = []
     for row, (state, n, p) in enumerate(zip(states, lengths, past, strict=True)):
-        _count(state, n, tentatives[row])
+        count_forward(state, 1, n, tentatives[row])
         layers = tuple(h[row:row + 1, :n] for h in out.layers) if out.layers else None
         forwards.append(Forward(logits[row][None] if any(every) else logits[row:row + 1],
                                 layers[-1] if layers else None, layers))
@@ -187,13 +193,3 @@ def _per_row(flag: bool | Sequence[bool], rows: int) -> list[bool]:
         raise ValueError(f"forward_rows: {rows} rows but {len(flag)} per-row flags; pass one each")
     return [bool(f) for f in flag]
 
-
-def _count(state: CacheState, n_tokens: int, tentative: bool) -> None:
-    """The counters a solo `ModelHandle.forward` of `n_tokens` tokens would record."""
-    if tentative:
-        state.counters.tentative += n_tokens
-    elif n_tokens > 1:
-        state.counters.prefilled += n_tokens
-    else:
-        state.counters.decoded += 1
-    state.counters.forward_calls += 1

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.handle import CacheState, ModelHandle, TentativePass
 from specguard_core.engine.request import Request
-from specguard_core.engine.sampling import Shaping
-from specguard_core.engine.speculative import typical_prefix
+from specguard_core.engine.speculative import checked_prefix
 from specguard_core.engine.target import Target
 
 
@@ -38,8 +37,7 @@ class GrowingCheck:
     tpass: TentativePass | None = None
     checked: int = 0
     passed: int = 0
-    passes: int = 0
-    seconds: float = field(default=0.0)
+    seconds: float = 0.0
 
     @classmethod
     def of(cls, target: Target, req: Request, same_vocab: bool) -> GrowingCheck | None:
@@ -68,15 +66,10 @@ class GrowingCheck:
     def finish(self, token_ids: list[int], n_fed: int) -> tuple[TentativePass, int]:
         """Judge the step's remaining tokens (`n_fed` of them went through the draft; a final EOS
         is judged, not fed): (the target's pass over the fed tokens, how many tokens passed)."""
-        if self.tpass is not None and len(self.tpass.ids) > n_fed:
-            # the proposal trimmed an unfinished character after the last check: forget its rows
-            # (the cache positions beyond them go when the pass is kept or discarded)
-            self.tpass.ids, self.tpass.logits = self.tpass.ids[:n_fed], self.tpass.logits[:n_fed + 1]
-            self.checked = self.passed = min(self.passed, n_fed)
         if self.passed == self.checked:
             self._judge(token_ids, n_fed)
         assert self.tpass is not None
-        return self.tpass, min(self.passed, len(token_ids))
+        return self.tpass, self.passed
 
     def _judge(self, token_ids: list[int], n_fed: int) -> None:
         """Feed the step's unfed tokens up to `n_fed` to the target's pass and judge the
@@ -87,12 +80,9 @@ class GrowingCheck:
             self.tpass = self.target.try_tokens(self.state, fed)
         else:
             self.tpass.extend(fed)
-        self.passes += 1
-        cfg, start = self.cfg, self.checked
-        new = token_ids[start:]
-        ok = typical_prefix(self.tpass.logits[start:], new, cfg.typical_eps, cfg.typical_delta,
-                            Shaping.of(cfg), self.state.ids + token_ids[:start],
-                            cfg.typical_ratio)
+        start = self.checked
+        ok = checked_prefix(self.tpass.logits[start:], token_ids[start:], self.cfg,
+                            self.state.ids + token_ids[:start])
         self.checked = len(token_ids)
         self.passed = start + ok
         self.seconds += time.perf_counter() - t0

@@ -29,7 +29,7 @@ from specguard_core.engine.proposer import Proposal, SampleSpec, StepText
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.sampling import Shaping, nucleus_probs, sample_with_probs
 from specguard_core.engine.selector import Selector
-from specguard_core.engine.speculative import accepted_prefix, next_token, typical_prefix
+from specguard_core.engine.speculative import accepted_prefix, checked_prefix, next_token
 from specguard_core.engine.target import Target, write_step
 
 Convert = Callable[[list[int], Target, Target], list[int]]
@@ -110,8 +110,7 @@ def speculate(draft: ModelHandle, target: Target, req: Request, proposal: Propos
         p_rows = shaping.penalise_rows(tpass.logits, req.target.ids, toks)  # [T+1, V]
         m = accepted_prefix(p_rows, toks, q_x, temp, top_p, gen, shaping)
         if temp == 0 and cfg.fallback_acceptance == "typical":
-            m = max(m, typical_prefix(tpass.logits, toks, cfg.typical_eps, cfg.typical_delta,
-                                      shaping, req.target.ids, cfg.typical_ratio))
+            m = max(m, checked_prefix(tpass.logits, toks, cfg, req.target.ids))
         grow = m == len(toks)
         req.draft_run = min(cfg.sd_max_draft_tokens, req.draft_run + 2) if grow else \
             max(1, req.draft_run - 1)

@@ -113,13 +113,7 @@ class ModelHandle:
         out = self.model(input_ids=input_ids.to(self.device),
                          use_cache=True, logits_to_keep=0 if all_logits else 1,
                          output_hidden_states=hidden, **extra)
-        if tentative:
-            state.counters.tentative += b * q
-        elif q > 1:
-            state.counters.prefilled += b * q
-        else:
-            state.counters.decoded += b
-        state.counters.forward_calls += 1
+        count_forward(state, b, q, tentative)
         last = out.hidden_states[-1] if hidden else None
         return Forward(out.logits.float(), last, tuple(out.hidden_states) if hidden else None)
 
@@ -145,9 +139,23 @@ class ModelHandle:
         layers = tuple(out.hidden_states) if hidden else None
         return Forward(out.logits.float(), layers[-1] if layers else None, layers)
 
+    def batch_problem(self, state: CacheState) -> str | None:
+        """Why `state` cannot join a padded forward (`gather_rows`), or None when it can: it must
+        hold one local cache row of full-attention layers."""
+        if state.cache is None:
+            return "a served target's state has no local cache to batch"
+        if cache_rows(state.cache) != 1:
+            return ("a state in the middle of a proposal (forked cache rows) cannot be batched; "
+                    "end the proposal with commit_row / drop_uncommitted first")
+        if any(type(layer) is not DynamicLayer for layer in state.cache.layers):
+            return (f"{self.name}: batched forwards support full-attention caches only (this "
+                    "model has sliding-window or other special cache layers)")
+        return None
+
     def check_batchable(self, state: CacheState) -> None:
-        """Raise ValueError unless `state` holds one local cache row (what `gather_rows` needs)."""
-        _single_row(state)
+        """Raise ValueError with `batch_problem`'s reason unless `state` can be batched."""
+        if problem := self.batch_problem(state):
+            raise ValueError(problem)
 
     def extend(self, state: CacheState, ids: list[int], **kwargs: Any) -> Forward | None:
         """Catch-up: encode `ids` after the committed prefix and commit them."""
@@ -249,7 +257,9 @@ class ModelHandle:
         The states' own caches are not changed (their tensors are copied); `scatter_rows` hands
         them the positions the forward appends. Raises ValueError for a forked, served or
         sliding-window cache."""
-        caches = [_full_layers(_single_row(s), self.name) for s in states]
+        for state in states:
+            self.check_batchable(state)
+        caches = [_full_layers(_kv(s), self.name) for s in states]
         batched = DynamicCache(config=self.model.config)
         lengths = [c[0].get_seq_length() for c in caches]
         width = max(lengths, default=0)
@@ -276,7 +286,7 @@ class ModelHandle:
         caller's."""
         layers = _full_layers(batched, self.name)
         for row, (state, n) in enumerate(zip(states, lengths, strict=True)):
-            cache = _single_row(state)
+            cache = _kv(state)  # one row: `gather_rows` checked it
             for idx, layer in enumerate(layers):
                 keys, values = _tensors(layer)  # [b, h, W + Q, d]
                 cache.update(keys[row:row + 1, :, start:start + n],
@@ -289,17 +299,20 @@ class ModelHandle:
         return str(self.tokenizer.decode(ids, skip_special_tokens=False))
 
 
+def count_forward(state: CacheState, rows: int, tokens: int, tentative: bool) -> None:
+    """Count one forward of `rows` x `tokens` new tokens for `state`: tentative (a verification
+    pass), prefilled (more than one token a row) or decoded."""
+    if tentative:
+        state.counters.tentative += rows * tokens
+    elif tokens > 1:
+        state.counters.prefilled += rows * tokens
+    else:
+        state.counters.decoded += rows
+    state.counters.forward_calls += 1
+
+
 def _kv(state: CacheState) -> DynamicCache:
     assert state.cache is not None, "this state belongs to a served target, not a ModelHandle"
-    return state.cache
-
-
-def _single_row(state: CacheState) -> DynamicCache:
-    if state.cache is None:
-        raise ValueError("a served target's state has no local cache to batch")
-    if cache_rows(state.cache) != 1:
-        raise ValueError("a state in the middle of a proposal (forked cache rows) cannot be batched;"
-                         " end the proposal with commit_row / drop_uncommitted first")
     return state.cache
 
 

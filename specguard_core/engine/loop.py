@@ -43,7 +43,7 @@ from specguard_core.engine.sampling import Shaping
 from specguard_core.engine.scheduler import Batcher, BatchingHandle
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.signals import percentile_bounds
-from specguard_core.engine.speculative import typical_prefix
+from specguard_core.engine.speculative import checked_prefix
 from specguard_core.engine.steps import StepRules, step_kind
 from specguard_core.engine.stream import GenerationStream
 from specguard_core.engine.target import Target
@@ -285,9 +285,8 @@ class SpecGuardEngine:
             with timed("target_check"):
                 tpass = tpass or self._target_pass(req, draft_step)
                 checked = self._checked_ids(draft_step, tpass)
-                passed = judged if growing is not None else typical_prefix(
-                    tpass.logits, checked, cfg.typical_eps, cfg.typical_delta, Shaping.of(cfg),
-                    req.target.ids, cfg.typical_ratio)
+                passed = judged if growing is not None else checked_prefix(
+                    tpass.logits, checked, cfg, req.target.ids)
                 if passed == len(checked) and draft_step.end != "refused":
                     path = "target-checked"
                 else:

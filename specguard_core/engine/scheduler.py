@@ -43,13 +43,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
-from transformers.cache_utils import DynamicLayer
 
 from specguard_core.config import EngineConfig
 from specguard_core.engine.batch import forward_rows
 from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import InputError
-from specguard_core.engine.handle import CacheState, Forward, ModelHandle, cache_rows
+from specguard_core.engine.handle import CacheState, Forward, ModelHandle
 
 SLICE_S = 0.05  # how often a waiting request looks at its cancel flag and deadline
 # Padding short rows up to this many tokens per forward is cheap next to running them apart: on the
@@ -101,11 +100,8 @@ class Call:
         return int(self.input_ids.shape[1])
 
     def batchable(self) -> bool:
-        """One cache row, full-attention layers only (what `forward_rows` takes)."""
-        cache = self.state.cache
-        if self.input_ids.shape[0] != 1 or cache is None:
-            return False
-        return cache_rows(cache) == 1 and all(type(layer) is DynamicLayer for layer in cache.layers)
+        """One row of one cache row of full-attention layers (what `forward_rows` takes)."""
+        return self.input_ids.shape[0] == 1 and self.handle.batch_problem(self.state) is None
 
 
 @dataclass
@@ -153,12 +149,13 @@ class Batcher:
         """The engine's batcher, or None when `config.batching` is off."""
         if not config.batching:
             return None
+        import transformers
         import transformers.modeling_utils as modeling_utils
 
         if not hasattr(modeling_utils, "slice_logits_to_keep"):
             raise ValueError(
                 f"EngineConfig(batching=True) needs a transformers that takes per-row "
-                f"logits_to_keep (5.24 does; this is {transformers_version()}); upgrade "
+                f"logits_to_keep (5.24 does; this is {transformers.__version__}); upgrade "
                 "transformers or leave batching off")
         return cls(config.max_batch_rows, config.max_active_requests, config.batch_window_s)
 
@@ -411,8 +408,3 @@ class BatchingHandle(ModelHandle):
         return self.batcher.submit(Call(self, state, input_ids, all_logits, hidden, recorder,
                                         tentative, ticket))
 
-
-def transformers_version() -> str:
-    import transformers
-
-    return str(transformers.__version__)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
+from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.sampling import NO_SHAPING, Shaping, nucleus_probs, warp_logits
 
 
@@ -72,6 +73,14 @@ def typical_accept(target_logits: torch.Tensor, ids: list[int], eps: float, delt
     alone lets a token the target gives 13% pass where it gives another 85% (a wrong digit);
     `ratio=1` passes the target's argmax only (the greedy target's own text)."""
     return typical_prefix(target_logits, ids, eps, delta, shaping, prefix, ratio) == len(ids)
+
+
+def checked_prefix(target_logits: torch.Tensor, ids: list[int], cfg: SpecGuardConfig,
+                   prefix: Sequence[int] = ()) -> int:
+    """`typical_prefix` with the request's target-check settings (`typical_eps`, `typical_delta`,
+    `typical_ratio`, its shaping): how many leading tokens of `ids` the target check passes."""
+    return typical_prefix(target_logits, ids, cfg.typical_eps, cfg.typical_delta, Shaping.of(cfg),
+                          prefix, cfg.typical_ratio)
 
 
 def typical_prefix(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float,
