@@ -9,10 +9,9 @@ Loading lives in `loading.py`, per-request bookkeeping in `request.py`.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -47,6 +46,7 @@ from specguard_core.engine.speculative import checked_prefix
 from specguard_core.engine.steps import StepRules, step_kind
 from specguard_core.engine.stream import GenerationStream
 from specguard_core.engine.target import Target
+from specguard_core.engine.turns import Turns
 from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
 from specguard_core.models.loading import check_pair, check_vocab
 from specguard_core.types import Cancelled, GenerationResult, StepKind, StepPath, StepRecord
@@ -81,7 +81,7 @@ class SpecGuardEngine:
                              "pair that shares a tokenizer, or pass engine_config=EngineConfig("
                              "heterogeneous=True) (steps then pass between the models as text)")
         self.model_name = name or f"specguard:{self.draft.name}+{self.target.name}"
-        self._lock = threading.Lock()
+        self._turns = Turns()
         self._selectors: dict[tuple[str, str | None], Selector] = {}
         self._cards = Cards()
 
@@ -237,22 +237,11 @@ class SpecGuardEngine:
         """Batching: a place among the active requests for `req`'s whole life (FIFO)."""
         return nullcontext() if self.batcher is None else self.batcher.admitted(req)
 
-    @contextmanager
-    def _turn(self, req: Request) -> Iterator[None]:
-        """Hold the engine for one step of `req`; wait for it in short slices, so a request that is
-        cancelled or past its deadline stops waiting too. Batching: the scheduler's step instead
-        (held between forwards only; the forwards go to its rounds)."""
-        if self.batcher is not None:
-            with self.batcher.step(req):
-                yield
-            return
-        while not self._lock.acquire(timeout=0.05):
-            req.check()
-        try:
-            req.check()
-            yield
-        finally:
-            self._lock.release()
+    def _turn(self, req: Request) -> AbstractContextManager[None]:
+        """Hold the engine for one step of `req` (`turns.Turns`: waited for in short slices, so a
+        cancelled request or one past its deadline stops waiting; lent while a served target
+        answers). Batching: the scheduler's step instead (held between forwards only)."""
+        return self._turns.step(req) if self.batcher is None else self.batcher.step(req)
 
     def _step(self, req: Request) -> StepRecord:
         """One step: the draft proposes k candidates over its forked cache; the selector picks one;

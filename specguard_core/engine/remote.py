@@ -14,7 +14,9 @@ OpenAI-compatible API, always with token ids (never text), so both sides agree o
 - The "cache" is the committed ids: `keep`/`discard`/`rollback` only move that list; the server's
   automatic prefix caching does the rest.
 
-A request counts as one forward call of the target. Errors name the server and say what to do:
+A request counts as one forward call of the target. While it waits for the answer, the engine's
+other requests run their steps (`turns.waiting_io`), so concurrent requests reach the server
+together and it batches them. Errors name the server and say what to do:
 `RemoteTargetError` for an unreachable server, a timeout, an HTTP error (with the server's
 message), an unexpected answer, or a server that serves another model or tokenizer.
 """
@@ -32,6 +34,7 @@ from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import InputError
 from specguard_core.engine.handle import CacheState, TentativePass
 from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, StepText
+from specguard_core.engine.turns import waiting_io
 
 NEG = -1.0e4  # the logit of a token outside the server's top K (finite: entropy stays a number)
 PROBE = ("SpecGuard tokenizer probe: Hello, world! 3.14159 == pi; naïve café, 数学, 🙂\n\n"
@@ -294,7 +297,8 @@ class RemoteTarget:
     def _request(self, method: str, url: str, body: dict[str, Any] | None, what: str
                  ) -> dict[str, Any]:
         try:
-            response = self._client.request(method, url, json=body)
+            with waiting_io():  # the engine's other requests run their steps meanwhile
+                response = self._client.request(method, url, json=body)
         except httpx.TimeoutException:
             raise RemoteTargetError(
                 f"the target server at {self.url} did not answer within {self.timeout_s:g}s "

@@ -25,9 +25,8 @@ changes is how a forward is run. With `EngineConfig(batching=True)` the engine's
   go through `batch.forward_rows` in forwards of at most `max_batch_rows` rows (grouped by
   length, so a long prefill never pads many short rows); what cannot be batched (a forked k > 1
   proposal, a sliding-window cache) runs alone.
-  A request whose code between forwards takes long (waiting for a served target's answer) holds
-  the baton meanwhile: the round runs after the window, but the others go on only when it gives
-  the baton back (as with the unbatched path's lock).
+  A request waiting for a served target's HTTP answer (`turns.waiting_io`) lends the baton and
+  does not count as running meanwhile, so the others' steps and rounds go on.
 
 Results equal serial runs up to float rounding: each row sees only its own cache (see `batch.py`).
 """
@@ -40,7 +39,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -49,29 +48,23 @@ from specguard_core.engine.batch import forward_rows
 from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import InputError
 from specguard_core.engine.handle import CacheState, Forward, ModelHandle
+from specguard_core.engine.turns import SLICE_S, Waiter, lending, take
 
-SLICE_S = 0.05  # how often a waiting request looks at its cancel flag and deadline
 # Padding short rows up to this many tokens per forward is cheap next to running them apart: on the
 # measured CPU 8 rows x 8 tokens cost 2.2x one 1-token decode of the target, 8 solo passes 8x
 # (benchmarks/results/batch-forward-cpu1core/).
 PAD_FREE_TOKENS = 64
 
 
-class Waiter(Protocol):
-    """A request as the scheduler sees it (`request.Request` is one)."""
-
-    cancel: threading.Event
-
-    def check(self) -> None: ...
-
-
 @dataclass(eq=False)
 class _Ticket:
-    """A request's place in the scheduler; `baton` while its step code runs."""
+    """A request's place in the scheduler; `baton` while its step code runs, `lent` while it
+    waits on another process (`turns.waiting_io`)."""
 
     waiter: Waiter
     thread: int = 0  # the thread that asked for the place
     baton: bool = False
+    lent: bool = False
 
     @property
     def live(self) -> bool:
@@ -216,7 +209,8 @@ class Batcher:
             self._take_baton(ticket)
             waiter.check()
             self._local.ticket = ticket
-            yield
+            with lending(lambda: self._lend(ticket)):
+                yield
         finally:
             self._local.ticket = previous
             if ticket.baton:
@@ -243,13 +237,30 @@ class Batcher:
         assert call.result is not None
         return call.result
 
+    @contextmanager
+    def _lend(self, ticket: _Ticket) -> Iterator[None]:
+        """The baton goes to the others while the step waits on another process; rounds stop
+        waiting for it."""
+        if ticket.baton:
+            ticket.baton = False
+            self._baton.release()
+        with self._cond:
+            ticket.lent = True
+            self._touch()
+        try:
+            yield
+        finally:
+            with self._cond:
+                ticket.lent = False
+                self._touch()
+            self._take_baton(ticket)
+
     def current(self) -> _Ticket | None:
         """The ticket of the step running in this thread (None outside a batched step)."""
         return getattr(self._local, "ticket", None)
 
     def _take_baton(self, ticket: _Ticket) -> None:
-        while not self._baton.acquire(timeout=SLICE_S):
-            ticket.waiter.check()
+        take(self._baton, ticket.waiter)
         ticket.baton = True
 
     def _touch(self) -> None:
@@ -277,11 +288,12 @@ class Batcher:
                                 if self._pending and not self._running else SLICE_S)
 
     def _due(self) -> bool:
-        """Every live request inside a step waits for a forward, or the window ran out."""
+        """Every live request inside a step waits for a forward (or on another process), or the
+        window ran out."""
         if not self._pending:
             return False
         waiting = {id(c.ticket) for c in self._pending}
-        if all(id(t) in waiting for t in self._in_step if t.live):
+        if all(id(t) in waiting or t.lent for t in self._in_step if t.live):
             return True
         return time.monotonic() - self._last_event >= self.window_s
 

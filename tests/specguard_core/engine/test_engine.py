@@ -250,5 +250,5 @@ def test_close_from_another_thread_releases_the_engine(engine: SpecGuardEngine) 
     stream.close()  # another thread may be inside next() right now
     worker.join(timeout=30)
     assert not worker.is_alive()
-    assert engine._lock.acquire(timeout=5)
-    engine._lock.release()
+    assert engine._turns._lock.acquire(timeout=5)
+    engine._turns._lock.release()

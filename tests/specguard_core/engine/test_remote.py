@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from specguard_core import SpecGuardConfig, SpecGuardEngine
+from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
 from specguard_core.engine.chat import InputError
 from specguard_core.engine.handle import ModelHandle
 from specguard_core.engine.remote import NEG, RemoteTarget, RemoteTargetError
@@ -163,6 +164,27 @@ def test_a_pass_holds_the_servers_top_k_and_its_argmax(scripted: dict[str, Any])
     assert ((got.logits > NEG).sum(-1) <= 6).all()  # the top 5 and the token itself
     got.keep(2)
     assert states[0].ids == prompt + step[:2] and states[0].pending == []
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_concurrent_requests_wait_for_the_server_together(tiny_pair: Any, batching: bool) -> None:
+    """While one request waits for the server's answer the others run their steps and send
+    theirs (the turn is lent, `turns.waiting_io`): the server sees overlapping requests, which a
+    lock held across the HTTP call would never allow, and each text equals its serial run."""
+    d_model, d_tok, t_model, t_tok = tiny_pair
+    fake = FakeVLLM(t_model, t_tok, name="slow", delay_s=0.2)
+    questions = [QUESTION, "What is 5 times 5?", "Name three colours."]
+    with live_server(fake.app()) as base:
+        engine = SpecGuardEngine(d_model, d_tok, RemoteTarget.connect(f"{base}/v1", "slow", t_tok),
+                                 config=GREEDY, engine_config=EngineConfig(batching=batching))
+        want = [engine.generate(q, tau=math.inf).raw_text for q in questions]
+        fake.spans.clear()
+        with ThreadPoolExecutor(len(questions)) as pool:
+            got = list(pool.map(lambda q: engine.generate(q, tau=math.inf).raw_text, questions))
+    assert got == want
+    spans = sorted(fake.spans)
+    overlapping = sum(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))
+    assert overlapping >= len(spans) // 3, spans  # serialised calls would give 0
 
 
 # ---- errors ---------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Requests take turns step by step: a stream left half-read blocks nobody, a caller can use the
-engine while it iterates a stream, and close()/timeouts stop work within one forward pass."""
+engine while it iterates a stream, close()/timeouts stop work within one forward pass, and a step
+waiting on another process lends its turn."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 import pytest
 
 from specguard_core import SpecGuardConfig
+from specguard_core.engine.turns import Turns, waiting_io
 from specguard_core.testing import scripted_engine
+from specguard_core.types import Cancelled
 
 ANSWER = "First, 3 + 4 = 7.\n\nThen 7 * 6 = 42.\n\nThe answer is 42."
 LONG = "word " * 200  # one long step: 200+ decode steps without a step boundary
@@ -84,3 +87,64 @@ def test_a_timeout_stops_work_mid_step_and_while_waiting() -> None:
     busy.join(timeout=30)
     with pytest.raises(ValueError, match="timeout must be a positive"):
         engine.stream("Go", timeout=0)
+
+
+class _Waiter:
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+
+    def check(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled()
+
+
+def test_a_step_waiting_on_io_lends_its_turn_and_takes_it_back() -> None:
+    turns, order = Turns(), []
+    lent, other_done = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with turns.step(_Waiter()):
+            order.append("first starts")
+            with waiting_io():
+                lent.set()
+                assert other_done.wait(10), "the other step never ran while this one waited"
+            order.append("first ends")
+
+    def second() -> None:
+        assert lent.wait(10)
+        with turns.step(_Waiter()):
+            order.append("second")
+        other_done.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert order == ["first starts", "second", "first ends"]
+    with waiting_io():  # outside a step: nothing to lend
+        assert turns._lock.acquire(timeout=1)
+    turns._lock.release()
+
+
+def test_a_request_cancelled_while_its_turn_is_lent_stops_and_frees_the_turn() -> None:
+    turns, waiter = Turns(), _Waiter()
+    lent, release_other = threading.Event(), threading.Event()
+
+    def other() -> None:
+        assert lent.wait(10)
+        with turns.step(_Waiter()):  # holds the turn while the first one is cancelled
+            release_other.wait(10)
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    with pytest.raises(Cancelled):
+        with turns.step(waiter):
+            with waiting_io():
+                lent.set()
+                time.sleep(0.2)  # the other step takes the turn
+                waiter.cancel.set()
+            pytest.fail("a cancelled request went on after its wait")
+    release_other.set()
+    worker.join(timeout=30)
+    assert turns._lock.acquire(timeout=1)  # nobody holds it, nothing released twice

@@ -14,6 +14,7 @@ ids, and errors come as `{"error": {"message", "type", "code"}}`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -35,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[3]
 class FakeVLLM:
     """A vLLM look-alike over `model`/`tokenizer`. `served_tokenizer` (default `tokenizer`)
     answers /tokenize, to play a server with another tokenizer; `delay_s` makes every
-    completion slow; `requests` records the completion bodies."""
+    completion slow (waited concurrently, as a server batching its requests would);
+    `requests` records the completion bodies and `spans` their (arrival, answer) times."""
 
     def __init__(self, model: Any, tokenizer: Any, *, name: str = "fake-target",
                  max_model_len: int = 512, served_tokenizer: Any = None, delay_s: float = 0.0,
@@ -45,6 +47,7 @@ class FakeVLLM:
         self.max_model_len, self.delay_s, self.max_logprobs = max_model_len, delay_s, max_logprobs
         self.eos = int(tokenizer.eos_token_id)
         self.requests: list[dict[str, Any]] = []
+        self.spans: list[tuple[float, float]] = []
         self._lock = threading.Lock()
 
     def app(self) -> Any:
@@ -65,6 +68,7 @@ class FakeVLLM:
 
         @app.post("/v1/completions")
         async def completions(request: Request) -> Any:
+            arrival = time.monotonic()
             body = await request.json()
             self.requests.append(body)
             problem = self._problem(body)
@@ -72,9 +76,11 @@ class FakeVLLM:
                 return JSONResponse({"error": {"message": problem, "type": "BadRequestError",
                                                "param": None, "code": 400}}, status_code=400)
             if self.delay_s:
-                time.sleep(self.delay_s)
+                await asyncio.sleep(self.delay_s)
             with self._lock:
-                return self._complete(body)
+                answer = self._complete(body)
+            self.spans.append((arrival, time.monotonic()))
+            return answer
 
         return app
 
