@@ -57,17 +57,24 @@ def confidence(token_logprobs: torch.Tensor) -> float:
     return float(token_logprobs.min()) if token_logprobs.numel() else 0.0
 
 
+MEDOID_TIE = 1e-5  # soft_medoid: diagonal values this close are a tie (float32 rounding ~1e-7)
+
+
 def soft_medoid(embeddings: torch.Tensor) -> int:
     """Self-consistency selection: `[k, d] -> index`.
 
     Rows are unit-normalised, S = cosine matrix, row-softmax; the pick is argmin of the diagonal,
     i.e. the candidate whose own similarity weighs least against its similarity to the others.
+    Values within `MEDOID_TIE` of the minimum tie, and a tie goes to the lowest index: with k = 2
+    the diagonal is equal by construction, so the pick would otherwise be decided by float
+    rounding (and differ between a solo and a batched forward of the same candidates).
     """
     if embeddings.shape[0] == 1:
         return 0
     unit = torch.nn.functional.normalize(embeddings.float(), dim=-1)
     sim = torch.softmax(unit @ unit.T, dim=-1)  # [k, k]
-    return int(torch.argmin(torch.diagonal(sim)))
+    diag = torch.diagonal(sim)  # [k]
+    return int(torch.nonzero(diag <= diag.min() + MEDOID_TIE)[0, 0])
 
 
 def min_max(value: float, low: float, high: float) -> float:

@@ -71,6 +71,14 @@ def test_soft_medoid_picks_the_candidate_closest_to_the_others() -> None:
     assert signals.soft_medoid(torch.tensor([[0.0, 1.0]])) == 0
 
 
+def test_soft_medoid_breaks_ties_by_the_lowest_index_not_by_rounding() -> None:
+    pair = torch.randn(2, 8, generator=torch.Generator().manual_seed(1))
+    assert signals.soft_medoid(pair) == 0  # k = 2: an exact tie by construction
+    assert signals.soft_medoid(pair.flip(0)) == 0
+    noisy = pair + 1e-7 * torch.randn(2, 8, generator=torch.Generator().manual_seed(2))
+    assert signals.soft_medoid(noisy.flip(0)) == 0  # rounding-sized changes do not flip it
+
+
 def test_soft_medoid_matches_definition() -> None:
     emb = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
     unit = emb / emb.norm(dim=-1, keepdim=True)
