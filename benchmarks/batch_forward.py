@@ -6,6 +6,12 @@ requests decoded one after another; and an 8-token verification pass (`try_rows`
 The gather (copying the N caches into one left-padded cache) and scatter (appending each row's new
 positions to its own cache) are also timed alone. Every timing is repeated and the median kept.
 
+`--padding` measures what left padding costs, i.e. the most a packed or paged layout (no pads)
+could save: the batched decode over prefixes of different lengths (caches padded to the longest)
+against the same decode over equal prefixes of their mean length (the same real positions, no
+cache pads); and a batched verification of rows with different numbers of new tokens (right-padded
+to the longest) against rows of equal length with the same real tokens.
+
     taskset -c 1 env OMP_NUM_THREADS=1 python benchmarks/batch_forward.py
 
 Prints a table and writes JSON under benchmarks/results/batch-forward-cpu1core/.
@@ -73,7 +79,8 @@ def _reset(handle: ModelHandle, states: list[CacheState], lengths: list[int]) ->
 
 
 def measure(ref: str, text_ids: list[int], lengths: list[int], batch_sizes: list[int],
-            verify_sizes: list[int], verify_tokens: int, repeats: int) -> dict[str, Any]:
+            verify_sizes: list[int], verify_tokens: int, repeats: int,
+            padding: bool = False) -> dict[str, Any]:
     model, tok = load_model(ref, device="cpu", dtype="bfloat16", progress=False)
     handle = ModelHandle(model, tok)
     t0 = time.perf_counter()
@@ -139,8 +146,43 @@ def measure(ref: str, text_ids: list[int], lengths: list[int], batch_sizes: list
     diff = max(float((g - e).abs().max()) for g, e in zip(got, solo_logits, strict=True) if g is not None)
     same = sum(int(g is not None and int(g.argmax()) == int(e.argmax()))
                for g, e in zip(got, solo_logits, strict=True))
-    return dict(model=ref, setup_s=setup_s, rows=rows,
-                bf16_max_abs_logit_diff=diff, bf16_argmax_agree=f"{same}/{n}")
+    out = dict(model=ref, setup_s=setup_s, rows=rows,
+               bf16_max_abs_logit_diff=diff, bf16_argmax_agree=f"{same}/{n}")
+    if padding:
+        out["padding"] = measure_padding(handle, text_ids, lengths[:n], repeats)
+    return out
+
+
+def measure_padding(handle: ModelHandle, text_ids: list[int], lengths: list[int], repeats: int
+                    ) -> list[dict[str, Any]]:
+    """Padded (mixed lengths) vs unpadded (equal lengths, the same real positions) batched
+    forwards; the ratio bounds what a packed layout could save on this machine."""
+    n = len(lengths)
+    mean = round(sum(lengths) / n)
+    mixed = _prefix_states(handle, text_ids, lengths)
+    equal = _prefix_states(handle, text_ids, [mean] * n)
+    nxt = text_ids[max(lengths)]
+    base = max(lengths) + 1
+    rows = []
+    dec_mixed = _median_time(functools.partial(extend_rows, handle, mixed, [[nxt]] * n),
+                             _reset(handle, mixed, lengths), repeats)
+    dec_equal = _median_time(functools.partial(extend_rows, handle, equal, [[nxt]] * n),
+                             _reset(handle, equal, [mean] * n), repeats)
+    rows.append(dict(pass_="decode 1 tok", n=n, padded=f"caches {min(lengths)}-{max(lengths)}",
+                     unpadded=f"caches {mean} each", padded_s=dec_mixed, unpadded_s=dec_equal,
+                     ratio=dec_mixed / dec_equal))
+    widths = [2 + (14 * i) // max(1, n - 1) for i in range(n)]  # 2 .. 16 new tokens per row
+    even = round(sum(widths) / n)
+    ver_mixed = _median_time(functools.partial(
+        try_rows, handle, equal, [text_ids[base:base + w] for w in widths]),
+        _reset(handle, equal, [mean] * n), repeats)
+    ver_equal = _median_time(functools.partial(
+        try_rows, handle, equal, [text_ids[base:base + even]] * n),
+        _reset(handle, equal, [mean] * n), repeats)
+    rows.append(dict(pass_="verify", n=n, padded=f"{min(widths)}-{max(widths)} new tokens",
+                     unpadded=f"{even} new tokens each", padded_s=ver_mixed, unpadded_s=ver_equal,
+                     ratio=ver_mixed / ver_equal))
+    return rows
 
 
 def main() -> None:
@@ -154,6 +196,8 @@ def main() -> None:
     ap.add_argument("--verify-tokens", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--padding", action="store_true",
+                    help="also measure what left padding costs (see the module docstring)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if max(args.batch_sizes + args.verify_sizes) > len(args.lengths):
@@ -165,7 +209,7 @@ def main() -> None:
     if len(text_ids) < max(args.lengths) + 1 + args.verify_tokens:
         ap.error("README.md is too short for the longest prefix")
     results = [measure(ref, text_ids, args.lengths, args.batch_sizes, args.verify_sizes,
-                       args.verify_tokens, args.repeats) for ref in args.models]
+                       args.verify_tokens, args.repeats, args.padding) for ref in args.models]
     machine = dict(cpu=_cpu_name(), cores_allowed=sorted(os.sched_getaffinity(0)),
                    torch_threads=torch.get_num_threads(), torch=torch.__version__,
                    python=platform.python_version(), dtype="bfloat16", repeats=args.repeats,
@@ -184,6 +228,10 @@ def main() -> None:
                   f"{r['ratio_batched_vs_serial']:>8.2f}")
         print(f"{res['model']}: bf16 batched vs solo logits, max abs diff "
               f"{res['bf16_max_abs_logit_diff']:.3g}, argmax agree {res['bf16_argmax_agree']}")
+        for r in res.get("padding", []):
+            print(f"{res['model']}: padding, {r['pass_']}, N={r['n']}: {r['padded']} "
+                  f"{r['padded_s']:.3f} s vs {r['unpadded']} {r['unpadded_s']:.3f} s: "
+                  f"{r['ratio']:.2f}x")
     print(f"wrote {args.out / 'batch_forward.json'}")
 
 

@@ -17,7 +17,12 @@ from typing import Any
 
 from specguard_bench.data import DATASETS, DEFAULT_MAX_NEW_TOKENS, FILE_MAX_NEW_TOKENS
 from specguard_bench.methods import METHODS, REMOTE_METHOD, preset_of
-from specguard_core.config import PRESETS, parse_sets, parse_value  # noqa: F401 (re-exported)
+from specguard_core.config import (  # noqa: F401 (PRESETS, parse_value re-exported)
+    PRESETS,
+    EngineConfig,
+    parse_sets,
+    parse_value,
+)
 from specguard_core.engine.remote_load import add_target_flags, target_flags
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -114,6 +119,10 @@ def add_bench_parser(
     p.add_argument("--batching", action="store_true",
                    help="build the engine with EngineConfig(batching=True): concurrent requests "
                    "share forwards (compare with a run without it, in another --out)")
+    p.add_argument("--max-batch-rows", type=int, default=None, metavar="N",
+                   help="with --batching: the most rows in one batched forward (EngineConfig."
+                   f"max_batch_rows, default {EngineConfig().max_batch_rows}; a k-candidate "
+                   "proposal brings k rows, so the paper preset's k=16 needs more to batch)")
     _model_args(p)
     remote = p.add_argument_group(
         f"served target ({REMOTE_METHOD}: the balanced preset with the target on a vLLM server, "
@@ -227,6 +236,7 @@ def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
         dtype=args.dtype or "bfloat16",
         heterogeneous=args.heterogeneous,
         batching=args.batching,
+        max_batch_rows=_max_batch_rows(args),
         bounds_path=args.bounds,
         warmup=not args.no_warmup,
         progress=not args.no_progress,
@@ -273,6 +283,16 @@ def _set_threads(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(max(1, threads))
+
+
+def _max_batch_rows(args: argparse.Namespace) -> int | None:
+    if args.max_batch_rows is None:
+        return None
+    if not args.batching:
+        raise ValueError("--max-batch-rows bounds the batched forwards of --batching; add "
+                         "--batching or drop --max-batch-rows")
+    EngineConfig(batching=True, max_batch_rows=args.max_batch_rows)  # validates (>= 1)
+    return int(args.max_batch_rows)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ class PairSettings:
     sets: Mapping[str, Any] = field(default_factory=dict)
     heterogeneous: bool = False  # EngineConfig: a pair with different tokenizers
     batching: bool = False  # EngineConfig: concurrent requests share forwards (engine/scheduler.py)
+    max_batch_rows: int | None = None  # EngineConfig.max_batch_rows with batching (None: default)
     progress: bool = True
 
 
@@ -80,7 +81,9 @@ def load_engine(settings: PairSettings, served: ServedTarget | None = None) -> A
         progress=settings.progress,
         config=base_config(settings.sets),
         engine_config=EngineConfig(heterogeneous=settings.heterogeneous,
-                                   batching=settings.batching),
+                                   batching=settings.batching,
+                                   **({"max_batch_rows": settings.max_batch_rows}
+                                      if settings.max_batch_rows else {})),
         **(served.options() if served else {}),
     )
 

@@ -83,6 +83,7 @@ class BenchSettings(PairSettings):
             # only when set, so runs stored before the field existed still resume
             **({"heterogeneous": True} if self.heterogeneous else {}),
             **({"batching": True} if self.batching else {}),
+            **({"max_batch_rows": self.max_batch_rows} if self.max_batch_rows else {}),
             **({"served_target": self.served.fingerprint()} if self.served else {}),
         }
 

@@ -57,6 +57,9 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--batching", action="store_true",
                    help="concurrent requests share the models' forwards (EngineConfig(batching="
                    "True), README \"Batching\"); off: they take turns step by step")
+    p.add_argument("--max-batch-rows", type=int, default=None, metavar="N",
+                   help="with --batching: the most rows in one batched forward (default "
+                   f"{EngineConfig().max_batch_rows}; a k-candidate proposal brings k rows)")
     p.add_argument("--max-concurrent", type=int, default=None,
                    help="requests run at once (default: 1, or with --batching the engine's "
                    f"max_active_requests, {EngineConfig().max_active_requests})")
@@ -107,7 +110,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     target, remote = remote_options(args)
     target_name = remote.get("target_model") or target
-    engine_config = EngineConfig(batching=True) if args.batching else None
+    if args.max_batch_rows is not None and not args.batching:
+        print("error: --max-batch-rows bounds the batched forwards of --batching; add --batching "
+              "or drop --max-batch-rows", file=sys.stderr)
+        return 2
+    try:
+        engine_config = EngineConfig(batching=True, **(
+            {"max_batch_rows": args.max_batch_rows} if args.max_batch_rows is not None else {})
+        ) if args.batching else None
+    except ValueError as err:
+        print(f"error: --max-batch-rows: {err}", file=sys.stderr)
+        return 2
     concurrent = args.max_concurrent if args.max_concurrent is not None else (
         engine_config.max_active_requests if engine_config else 1)
     settings = ServeSettings(api_key=args.api_key or None, max_concurrent=concurrent,

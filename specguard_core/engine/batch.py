@@ -1,8 +1,8 @@
 """One forward of a model over several requests' rows: the layer a batching scheduler builds on.
 
-Each request keeps its own single-row `CacheState`. `forward_rows` lends those caches to one padded
-forward and hands each request its new positions back, so afterwards every state is as if its
-tokens had been fed alone:
+Each request keeps its own `CacheState` (one cache row, or a forked proposal's k). `forward_rows`
+lends those caches to one padded forward and hands each request its new positions back, so
+afterwards every state is as if its tokens had been fed alone:
 
     columns:  [ left pad | cached prefix of row i ][ new tokens of row i | right pad ]
               <------------- W = longest cache ----><----------- Q = most new tokens ----->
@@ -20,6 +20,7 @@ The cache copying lives in `ModelHandle.gather_rows` / `scatter_rows`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -37,21 +38,22 @@ PAD_ID = 0  # any valid token id: pad columns are masked out and their outputs d
 
 
 def forward_rows(handle: ModelHandle, states: Sequence[CacheState],
-                 new_ids: Sequence[Sequence[int]], *, all_logits: bool | Sequence[bool] = False,
-                 hidden: bool = False,
+                 new_ids: Sequence[Sequence[int] | torch.Tensor], *,
+                 all_logits: bool | Sequence[bool] = False, hidden: bool = False,
                  recorders: Sequence[AttentionRecorder | None] | None = None,
                  tentative: bool | Sequence[bool] = False) -> list[Forward]:
     """Feed `new_ids[i]` after what `states[i].cache` holds, for every i, in one forward.
 
-    Returns, per row, the `Forward` a solo `handle.forward(states[i], [new_ids[i]], ...)` would:
-    `logits: [1, q, V]` float32 (q = 1, the last position, unless `all_logits`: then all
-    `len(new_ids[i])` positions), with `hidden` the last hidden state and every layer's
-    `[1, len(new_ids[i]), d]`; `recorders[i]` (if given) receives that row's attention rows
-    `[1, len(new_ids[i]), n_keys]`. `all_logits` and `tentative` may also be given per row (rows of
-    different requests' calls in one forward). Each cache grows by its row's tokens; `ids`/`logits`
-    are not touched. Counters count per request as a solo forward would. Raises ValueError for no rows,
-    mismatched lengths, an empty row, or a cache that cannot be batched (forked, served,
-    sliding-window)."""
+    `new_ids[i]` is one row of ids, or a `[r, q]` tensor for a state whose cache holds r rows (a
+    forked proposal's k candidates, one token each). Returns, per state, the `Forward` a solo
+    `handle.forward(states[i], ids as [r, q], ...)` would: `logits: [r, q', V]` float32 (q' = 1,
+    the last position, unless `all_logits`: then all q positions), with `hidden` the last hidden
+    state and every layer's `[r, q, d]`; `recorders[i]` (if given) receives that state's
+    attention rows `[r, q, n_keys]`. `all_logits` and `tentative` may also be given per state
+    (rows of different requests' calls in one forward). Each cache grows by its new tokens;
+    `ids`/`logits` are not touched. Counters count per request as a solo forward would. Raises
+    ValueError for no rows, mismatched lengths, an empty row, rows that do not match the cache's,
+    or a cache that cannot be batched (served, sliding-window)."""
     if not states:
         raise ValueError("forward_rows: no rows given (pass at least one state and its new ids)")
     if len(states) != len(new_ids) or (recorders is not None and len(recorders) != len(states)):
@@ -59,46 +61,57 @@ def forward_rows(handle: ModelHandle, states: Sequence[CacheState],
                          " (and as many recorders, if any); pass one of each per state")
     if len({id(s) for s in states}) != len(states):
         raise ValueError("forward_rows: the same state appears twice; give each request one row")
-    lengths = [len(ids) for ids in new_ids]
+    feeds = [ids.long().cpu() if isinstance(ids, torch.Tensor)
+             else torch.tensor([list(ids)], dtype=torch.long) for ids in new_ids]  # [r_i, q_i]
+    lengths = [int(f.shape[1]) for f in feeds]
     every, tentatives = _per_row(all_logits, len(states)), _per_row(tentative, len(states))
     if min(lengths) == 0:
         raise ValueError(f"forward_rows: row {lengths.index(0)} has no new tokens; leave it out")
+    for state, feed in zip(states, feeds, strict=True):
+        handle.check_batchable(state, rows=int(feed.shape[0]))
     cache = handle.gather_rows(states)  # [b, h, W, d] per layer, rows left-padded
     width, q = cache.get_seq_length(), max(lengths)
     past = [s.cache.get_seq_length() if s.cache is not None else 0 for s in states]
+    counts = [int(f.shape[0]) for f in feeds]
+    blocks = [slice(a - r, a) for a, r in zip(itertools.accumulate(counts), counts, strict=True)]
 
-    rows = len(states)
+    rows = sum(counts)
     input_ids = torch.full((rows, q), PAD_ID, dtype=torch.long)  # [b, Q] right-padded
     mask = torch.zeros(rows, width + q, dtype=torch.long)  # [b, W + Q]
     positions = torch.zeros(rows, q, dtype=torch.long)  # [b, Q]
-    for row, (ids, n, p) in enumerate(zip(new_ids, lengths, past, strict=True)):
-        input_ids[row, :n] = torch.tensor(list(ids), dtype=torch.long)
-        mask[row, width - p:width + n] = 1
-        positions[row] = torch.arange(p, p + q)  # pads continue the count; they are masked anyway
+    for block, feed, n, p in zip(blocks, feeds, lengths, past, strict=True):
+        input_ids[block, :n] = feed
+        mask[block, width - p:width + n] = 1
+        positions[block] = torch.arange(p, p + q)  # pads continue the count; they are masked anyway
+    row_lengths = torch.tensor(lengths).repeat_interleave(torch.tensor(counts))  # [b]
     if any(every):  # all of a row's positions, or only its last one
-        ends = torch.tensor(lengths)[:, None]  # [b, 1]
+        row_every = torch.tensor(every).repeat_interleave(torch.tensor(counts))  # [b]
         cols = torch.arange(q)[None, :]  # [1, Q]
-        keep = torch.where(torch.tensor(every)[:, None], cols < ends, cols == ends - 1)  # [b, Q]
+        ends = row_lengths[:, None]  # [b, 1]
+        keep = torch.where(row_every[:, None], cols < ends, cols == ends - 1)  # [b, Q]
     else:
-        keep = torch.tensor(lengths)[:, None] - 1  # [b, 1] each row's last real position
+        keep = row_lengths[:, None] - 1  # [b, 1] each row's last real position
     wanted = frozenset().union(*(r.layers for r in recorders or () if r is not None))
     shared = AttentionRecorder(wanted) if wanted else None
 
     out = handle.forward_padded(cache, input_ids, mask, positions, keep, hidden=hidden,
                                 recorder=shared)
     handle.scatter_rows(cache, states, width, lengths)
-    kept = [n if e else 1 for n, e in zip(lengths, every, strict=True)]
-    logits = out.logits.split(kept) if any(every) else out.logits  # [q_i, V] / [b, 1, V]
+    if any(every):  # flattened [sum kept, V] in row order: a state's block is r x (n or 1) rows
+        sizes = [r * (n if e else 1) for r, n, e in zip(counts, lengths, every, strict=True)]
+        logits = [x.reshape(r, -1, x.shape[-1]) for x, r in
+                  zip(out.logits.split(sizes), counts, strict=True)]  # [r, q', V] each
+    else:
+        logits = [out.logits[block] for block in blocks]  # [r, 1, V] each
     forwards = []
-    for row, (state, n, p) in enumerate(zip(states, lengths, past, strict=True)):
-        count_forward(state, 1, n, tentatives[row])
-        layers = tuple(h[row:row + 1, :n] for h in out.layers) if out.layers else None
-        forwards.append(Forward(logits[row][None] if any(every) else logits[row:row + 1],
-                                layers[-1] if layers else None, layers))
-        recorder = recorders[row] if recorders is not None else None
+    for i, (state, block, n, p) in enumerate(zip(states, blocks, lengths, past, strict=True)):
+        count_forward(state, counts[i], n, tentatives[i])
+        layers = tuple(h[block, :n] for h in out.layers) if out.layers else None
+        forwards.append(Forward(logits[i], layers[-1] if layers else None, layers))
+        recorder = recorders[i] if recorders is not None else None
         if recorder is not None and shared is not None:
-            for layer in recorder.layers:  # [b, Q, W + Q] -> this row's [1, n, p + n]
-                recorder.rows[layer] = shared.rows[layer][row:row + 1, :n, width - p:width + n]
+            for layer in recorder.layers:  # [b, Q, W + Q] -> this state's [r, n, p + n]
+                recorder.rows[layer] = shared.rows[layer][block, :n, width - p:width + n]
     return forwards
 
 

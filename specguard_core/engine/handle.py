@@ -139,22 +139,25 @@ class ModelHandle:
         layers = tuple(out.hidden_states) if hidden else None
         return Forward(out.logits.float(), layers[-1] if layers else None, layers)
 
-    def batch_problem(self, state: CacheState) -> str | None:
-        """Why `state` cannot join a padded forward (`gather_rows`), or None when it can: it must
-        hold one local cache row of full-attention layers."""
+    def batch_problem(self, state: CacheState, rows: int | None = 1) -> str | None:
+        """Why `state` cannot join a padded forward (`gather_rows`) with `rows` rows of new tokens
+        (None: any), or None when it can: a local cache of full-attention layers holding that many
+        rows (1, or a forked proposal's k)."""
         if state.cache is None:
             return "a served target's state has no local cache to batch"
-        if cache_rows(state.cache) != 1:
-            return ("a state in the middle of a proposal (forked cache rows) cannot be batched; "
-                    "end the proposal with commit_row / drop_uncommitted first")
+        held = cache_rows(state.cache)
+        if rows is not None and held != rows:
+            return (f"this state's cache holds {held} row(s) but {rows} row(s) of new tokens were "
+                    "given: feed one row per cache row (a proposal's forked cache rows take k), "
+                    "or end the proposal with commit_row / drop_uncommitted first")
         if any(type(layer) is not DynamicLayer for layer in state.cache.layers):
             return (f"{self.name}: batched forwards support full-attention caches only (this "
                     "model has sliding-window or other special cache layers)")
         return None
 
-    def check_batchable(self, state: CacheState) -> None:
+    def check_batchable(self, state: CacheState, rows: int | None = 1) -> None:
         """Raise ValueError with `batch_problem`'s reason unless `state` can be batched."""
-        if problem := self.batch_problem(state):
+        if problem := self.batch_problem(state, rows):
             raise ValueError(problem)
 
     def extend(self, state: CacheState, ids: list[int], **kwargs: Any) -> Forward | None:
@@ -252,28 +255,31 @@ class ModelHandle:
             self.rollback(state, len(state.ids) - (n_tokens - drop))
 
     def gather_rows(self, states: Sequence[CacheState]) -> DynamicCache:
-        """A new batched cache for one padded forward: row i holds `states[i]`'s single row,
-        left-padded with zeros to the longest state's length W (`get_seq_length()` of the result).
-        The states' own caches are not changed (their tensors are copied); `scatter_rows` hands
-        them the positions the forward appends. Raises ValueError for a forked, served or
-        sliding-window cache."""
+        """A new batched cache for one padded forward: `states[i]`'s cache rows (1, or a forked
+        proposal's k) become consecutive rows, left-padded with zeros to the longest state's
+        length W (`get_seq_length()` of the result). The states' own caches are not changed (their
+        tensors are copied); `scatter_rows` hands them the positions the forward appends. Raises
+        ValueError for a served or sliding-window cache."""
         for state in states:
-            self.check_batchable(state)
+            self.check_batchable(state, rows=None)
         caches = [_full_layers(_kv(s), self.name) for s in states]
         batched = DynamicCache(config=self.model.config)
         lengths = [c[0].get_seq_length() for c in caches]
+        counts = [cache_rows(_kv(s)) for s in states]
         width = max(lengths, default=0)
         if width == 0:
             return batched
         for idx, layer in enumerate(_full_layers(batched, self.name)):
             src = [_tensors(c[idx]) if n else None for c, n in zip(caches, lengths, strict=True)]
-            like = next(kv[0] for kv in src if kv is not None)  # [1, h, n, d]
-            keys = like.new_zeros(len(src), like.shape[1], width, like.shape[3])  # [b, h, W, d]
+            like = next(kv[0] for kv in src if kv is not None)  # [r, h, n, d]
+            keys = like.new_zeros(sum(counts), like.shape[1], width, like.shape[3])  # [b, h, W, d]
             values = torch.zeros_like(keys)
-            for row, kv in enumerate(src):
+            row = 0
+            for kv, r in zip(src, counts, strict=True):
                 if kv is not None:
-                    keys[row, :, width - kv[0].shape[2]:] = kv[0][0]
-                    values[row, :, width - kv[1].shape[2]:] = kv[1][0]
+                    keys[row:row + r, :, width - kv[0].shape[2]:] = kv[0]
+                    values[row:row + r, :, width - kv[1].shape[2]:] = kv[1]
+                row += r
             layer.lazy_initialization(keys, values)
             layer.keys, layer.values = keys, values
         return batched
@@ -281,16 +287,18 @@ class ModelHandle:
     def scatter_rows(self, batched: DynamicCache, states: Sequence[CacheState], start: int,
                      lengths: Sequence[int]) -> None:
         """After a padded forward on `gather_rows(states)` (W = `start` positions per row): append
-        positions `start : start + lengths[i]` of row i of `batched` (that row's new tokens) to
-        `states[i]`'s cache, as if the forward had run on that state alone. Counters are the
-        caller's."""
+        positions `start : start + lengths[i]` of `states[i]`'s rows of `batched` (its new tokens)
+        to its cache, as if the forward had run on that state alone. Counters are the caller's."""
         layers = _full_layers(batched, self.name)
-        for row, (state, n) in enumerate(zip(states, lengths, strict=True)):
-            cache = _kv(state)  # one row: `gather_rows` checked it
+        row = 0
+        for state, n in zip(states, lengths, strict=True):
+            cache = _kv(state)
+            r = cache_rows(cache)
             for idx, layer in enumerate(layers):
                 keys, values = _tensors(layer)  # [b, h, W + Q, d]
-                cache.update(keys[row:row + 1, :, start:start + n],
-                             values[row:row + 1, :, start:start + n], idx)
+                cache.update(keys[row:row + r, :, start:start + n],
+                             values[row:row + r, :, start:start + n], idx)
+            row += r
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

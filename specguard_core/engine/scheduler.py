@@ -21,10 +21,11 @@ changes is how a forward is run. With `EngineConfig(batching=True)` the engine's
   first runs a round. A round serves the model with the most waiting calls, plus any model whose
   oldest call has waited as long as that model's last round took (ski rental: a call passed over
   never waits more than its own forward costs, so no request starves, while calls for the target
-  gather as the others draft instead of a target forward in every round). Its single-row calls
-  go through `batch.forward_rows` in forwards of at most `max_batch_rows` rows (grouped by
-  length, so a long prefill never pads many short rows); what cannot be batched (a forked k > 1
-  proposal, a sliding-window cache) runs alone.
+  gather as the others draft instead of a target forward in every round). Its calls
+  go through `batch.forward_rows` in forwards of at most `max_batch_rows` rows (a forked
+  proposal's call brings its k rows; grouped by length, so a long prefill never pads many short
+  rows); what cannot be batched (a sliding-window cache, a call with more rows than the bound)
+  runs alone.
   A request waiting for a served target's HTTP answer (`turns.waiting_io`) lends the baton and
   does not count as running meanwhile, so the others' steps and rounds go on.
 
@@ -92,15 +93,21 @@ class Call:
     def tokens(self) -> int:
         return int(self.input_ids.shape[1])
 
+    @property
+    def rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
     def batchable(self) -> bool:
-        """One row of one cache row of full-attention layers (what `forward_rows` takes)."""
-        return self.input_ids.shape[0] == 1 and self.handle.batch_problem(self.state) is None
+        """A row per cache row (1, or a forked proposal's k) of full-attention layers (what
+        `forward_rows` takes)."""
+        return self.handle.batch_problem(self.state, rows=self.rows) is None
 
 
 @dataclass
 class SchedulerStats:
     """What the scheduler observed: rounds run, forwards (batched: more than one request's rows),
-    the most rows in one forward and the most requests admitted at once."""
+    the most rows in one forward (a forked proposal brings k) and the most requests admitted at
+    once."""
 
     rounds: int = 0
     forwards: int = 0
@@ -110,9 +117,9 @@ class SchedulerStats:
     max_active: int = 0
     row_counts: dict[int, int] = field(default_factory=dict)  # rows per forward -> forwards
 
-    def count(self, rows: int) -> None:
+    def count(self, rows: int, requests: int) -> None:
         self.forwards += 1
-        self.batched_forwards += rows > 1
+        self.batched_forwards += requests > 1
         self.rows += rows
         self.max_rows = max(self.max_rows, rows)
         self.row_counts[rows] = self.row_counts.get(rows, 0) + 1
@@ -342,7 +349,7 @@ class Batcher:
                 if call not in rows:
                     self._solo(call)
             for chunk in self._chunks(rows):
-                if len(chunk) == 1:
+                if len(chunk) == 1 or sum(c.rows for c in chunk) > self.max_batch_rows:
                     self._solo(chunk[0])
                 else:
                     self._batched(chunk)
@@ -350,22 +357,23 @@ class Batcher:
                 with self._cond:
                     self._cost[key] = time.perf_counter() - t0
 
-    def _chunks(self, rows: list[Call]) -> list[list[Call]]:
-        """Rows into forwards of at most `max_batch_rows`, longest first; a row joins a forward
-        while the padded size stays within `PAD_FREE_TOKENS` or twice the real tokens."""
+    def _chunks(self, calls: list[Call]) -> list[list[Call]]:
+        """Calls into forwards of at most `max_batch_rows` rows, longest first; a call joins a
+        forward while the padded size stays within `PAD_FREE_TOKENS` or twice the real tokens."""
         chunks: list[list[Call]] = []
-        real = 0
-        for call in sorted(rows, key=lambda c: -c.tokens):
+        real = rows = 0
+        for call in sorted(calls, key=lambda c: -c.tokens):
             chunk = chunks[-1] if chunks else None
-            if chunk is not None and len(chunk) < self.max_batch_rows:
+            if chunk is not None and rows + call.rows <= self.max_batch_rows:
                 width = chunk[0].tokens  # the longest row: every row is padded to it
-                padded = (len(chunk) + 1) * width
-                if padded <= max(PAD_FREE_TOKENS, 2 * (real + call.tokens)):
+                padded = (rows + call.rows) * width
+                if padded <= max(PAD_FREE_TOKENS, 2 * (real + call.rows * call.tokens)):
                     chunk.append(call)
-                    real += call.tokens
+                    real += call.rows * call.tokens
+                    rows += call.rows
                     continue
             chunks.append([call])
-            real = call.tokens
+            real, rows = call.rows * call.tokens, call.rows
         return chunks
 
     def _solo(self, call: Call) -> None:
@@ -377,14 +385,14 @@ class Batcher:
             call.error = err
         call.done = True
         with self._cond:
-            self.stats.count(1)  # one request's forward (a forked proposal's k rows included)
+            self.stats.count(call.rows, requests=1)
 
     def _batched(self, chunk: list[Call]) -> None:
         recorders = [c.recorder for c in chunk]
         try:
             outs = forward_rows(
                 chunk[0].handle, [c.state for c in chunk],
-                [c.input_ids[0].tolist() for c in chunk],
+                [c.input_ids for c in chunk],
                 all_logits=[c.all_logits for c in chunk], hidden=any(c.hidden for c in chunk),
                 recorders=recorders if any(r is not None for r in recorders) else None,
                 tentative=[c.tentative for c in chunk])
@@ -399,7 +407,7 @@ class Batcher:
         for call in chunk:
             call.done = True
         with self._cond:
-            self.stats.count(len(chunk))
+            self.stats.count(sum(c.rows for c in chunk), requests=len(chunk))
 
 
 class BatchingHandle(ModelHandle):

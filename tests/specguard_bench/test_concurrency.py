@@ -204,3 +204,12 @@ def test_cli_batching_builds_a_batching_engine(bench_pair_dirs: tuple[Path, Path
     assert "batching" in capsys.readouterr().err
     assert main(["bench", "--synthetic", "--batching", "--out", str(tmp_path / "s")]) == 2
     assert "--batching" in capsys.readouterr().err
+    assert main(["bench", "--concurrency", "2", "--max-batch-rows", "32", "--out",
+                 str(tmp_path / "r"), *common]) == 2
+    assert "add --batching" in capsys.readouterr().err
+    rows = tmp_path / "rows"
+    assert main(["bench", "--concurrency", "2", "--batching", "--max-batch-rows", "32", "--out",
+                 str(rows), *common]) == 0
+    summary = json.loads((rows / SUMMARY).read_text())
+    assert summary["environment"]["engine"]["engine_config"]["max_batch_rows"] == 32
+    assert summary["settings"]["max_batch_rows"] == 32

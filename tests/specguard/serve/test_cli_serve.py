@@ -123,9 +123,17 @@ def test_serve_batching_flag_builds_a_batching_engine_with_its_slots(
     monkeypatch.setattr(SpecGuardEngine, "from_pretrained", staticmethod(fake_load))
     monkeypatch.setattr("specguard.serve.app.create_app", fake_app)
     for argv, batching, slots in ((["--batching"], True, 16), ([], False, 1),
-                                  (["--batching", "--max-concurrent", "3"], True, 3)):
+                                  (["--batching", "--max-concurrent", "3"], True, 3),
+                                  (["--batching", "--max-batch-rows", "48"], True, 16)):
         with pytest.raises(SystemExit):
             main(["serve", "--port", "0", *argv])
         cfg = seen["engine_config"]
         assert (cfg is not None and cfg.batching) == batching
         assert seen["settings"].max_concurrent == slots
+        if batching:
+            assert cfg.max_batch_rows == (48 if "--max-batch-rows" in argv else 16)
+    # --max-batch-rows without --batching, or below 1: a one-line error before any model loads
+    seen.clear()
+    assert main(["serve", "--port", "0", "--max-batch-rows", "32"]) == 2
+    assert main(["serve", "--port", "0", "--batching", "--max-batch-rows", "0"]) == 2
+    assert "engine_config" not in seen

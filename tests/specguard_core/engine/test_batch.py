@@ -74,6 +74,45 @@ def _decode_on(handle: ModelHandle, states: list[CacheState], steps: int) -> lis
     return out
 
 
+@pytest.mark.parametrize("all_logits", [False, True])
+def test_forked_proposals_batch_with_single_rows_as_solo_forwards(
+        handle: ModelHandle, all_logits: bool) -> None:
+    """A proposal's k forked cache rows join a padded forward as k rows (k = 3 and 2 beside a
+    single row): logits, hidden states, attention rows, caches and counters equal solo forwards."""
+    prompts = _prompts([6, 19, 11])
+    forks = [3, 1, 2]
+    solo, batched = _states(handle, prompts), _states(handle, prompts)
+    for s, b, k in zip(solo, batched, forks, strict=True):
+        handle.fork(s, k)
+        handle.fork(b, k)
+    layers = frozenset({0, 2})
+    for step in range(3):  # a proposal feeds one token per row per step
+        feeds = [torch.tensor(_prompts([1] * k, seed=10 * step + i)) for i, k in enumerate(forks)]
+        solo_rec = [AttentionRecorder(layers) for _ in solo]
+        solo_out = [handle.forward(s, f, all_logits=all_logits, hidden=True, recorder=r)
+                    for s, f, r in zip(solo, feeds, solo_rec, strict=True)]
+        batched_rec = [AttentionRecorder(layers) for _ in batched]
+        batched_out = forward_rows(handle, batched, feeds, all_logits=all_logits, hidden=True,
+                                   recorders=batched_rec)
+        for so, bo, sr, br in zip(solo_out, batched_out, solo_rec, batched_rec, strict=True):
+            assert bo.logits.shape == so.logits.shape  # [k, 1, V]
+            torch.testing.assert_close(bo.logits, so.logits, atol=ATOL, rtol=0)
+            assert bo.layers is not None and so.layers is not None
+            for h_b, h_s in zip(bo.layers, so.layers, strict=True):
+                assert h_b.shape == h_s.shape  # [k, 1, d]
+                torch.testing.assert_close(h_b, h_s, atol=2 * ATOL, rtol=HIDDEN_RTOL)
+            for layer in layers:
+                assert br.rows[layer].shape == sr.rows[layer].shape  # [k, 1, n_keys]
+                torch.testing.assert_close(br.rows[layer], sr.rows[layer], atol=1e-5, rtol=0)
+    # the rows of one proposal differ (different tokens): a mix-up of rows could not pass
+    assert (solo_out[0].logits[0] - solo_out[0].logits[1]).abs().max() > 100 * ATOL
+    for s, b in zip(solo, batched, strict=True):
+        _assert_caches_equal(s, b)
+        assert s.counters == b.counters
+    with pytest.raises(ValueError, match=r"holds 3 row\(s\) but 2 row\(s\)"):
+        forward_rows(handle, batched[:1], [torch.tensor([[5], [6]])])
+
+
 def test_batched_decode_and_verify_equal_solo_forwards(handle: ModelHandle) -> None:
     prompts = _prompts([5, 17, 30, 9])
     new = _prompts([1, 4, 2, 7], seed=2)  # different counts of new tokens per request
@@ -219,7 +258,7 @@ def test_bad_input_gets_a_clear_value_error() -> None:
     with pytest.raises(ValueError, match="3 states but 2 lists"):
         extend_rows(handle, states + [handle.new_state()], [[1], [2]])
     handle.fork(states[1], 3)
-    with pytest.raises(ValueError, match="forked cache rows"):
+    with pytest.raises(ValueError, match=r"holds 3 row\(s\) but 1 row\(s\) of new tokens"):
         try_rows(handle, states, [[5], [6]])
     assert states[0].pending == [] and len(states[0].ids) == 4  # nothing changed before the error
     with pytest.raises(ValueError, match="served target"):

@@ -82,7 +82,7 @@ def test_concurrent_requests_equal_their_serial_runs(pair: tuple[Any, Any, Any, 
         ("Weather in Paris?", dict(tools=[WEATHER], tool_choice="required", fallback="greedy",
                                    tau=math.inf)),  # forced call prefix, target regenerates
         (LONG, dict(tau=math.inf, stop=[text[12:15]])),  # a stop string ends it early
-        (SHORT, dict(k=3, temperature=0.8, seed=5, tau=0.5)),  # forked rows: run alone, seeded
+        (SHORT, dict(k=3, temperature=0.8, seed=5, tau=0.5)),  # forked rows, seeded
     ]
     want = [serial.generate(prompt, **kw) for prompt, kw in requests]
     assert want[5].finish_reason == "stop" and len(want[5].raw_text) < len(text)
@@ -164,14 +164,18 @@ def test_bounds_hold_with_64_queued_requests(pair: tuple[Any, Any, Any, Any]) ->
 
 
 def test_rows_are_grouped_so_a_long_row_never_pads_many_short_ones() -> None:
-    class _Call:  # only the length matters to the grouping
-        def __init__(self, tokens: int) -> None:
-            self.tokens = tokens
+    class _Call:  # only the length and the rows matter to the grouping
+        def __init__(self, tokens: int, rows: int = 1) -> None:
+            self.tokens, self.rows = tokens, rows
 
     batcher = Batcher(max_batch_rows=3)
     calls = [_Call(n) for n in (1, 200, 1, 8, 1, 1, 7)]
     chunks = batcher._chunks(calls)  # type: ignore[arg-type]
     assert [[c.tokens for c in chunk] for chunk in chunks] == [[200, 8], [7, 1, 1], [1, 1]]
+    # a forked proposal's call brings its k rows: at most max_batch_rows rows per forward
+    forked = [_Call(1, 2), _Call(1, 1), _Call(1, 3), _Call(1, 1)]
+    chunks = Batcher(max_batch_rows=4)._chunks(forked)  # type: ignore[arg-type]
+    assert [[c.rows for c in chunk] for chunk in chunks] == [[2, 1], [3, 1]]
 
 
 def test_batching_settings_are_validated() -> None:
@@ -289,6 +293,26 @@ def test_one_failing_row_does_not_fail_its_batch_mates(pair: tuple[Any, Any, Any
     prompts = ["What is 3 + 4?", "word " * 20, "Hi"]
     got = concurrently([lambda p=p: batched.generate(p) for p in prompts])
     assert all(same(g, serial.generate(p)) for g, p in zip(got, prompts, strict=True))
+
+
+def test_forked_proposals_of_concurrent_requests_share_forwards(
+        pair: tuple[Any, Any, Any, Any]) -> None:
+    """k > 1 proposals (the paper preset's shape) join the rounds with their k rows each; every
+    sampled request keeps its own seed stream and equals its serial run."""
+    serial, batched = engines(pair)
+    requests = [(SHORT, dict(k=3, temperature=0.8, seed=5, tau=0.5)),
+                (LONG, dict(k=3, temperature=0.7, top_p=0.8, seed=11, tau=0.6)),
+                ("Hi", dict(k=2, temperature=1.0, seed=3, tau=-math.inf))]  # k=2: a medoid tie
+    want = [serial.generate(prompt, **kw) for prompt, kw in requests]
+    got = concurrently([lambda p=prompt, kw=kw: batched.generate(p, **kw)
+                        for prompt, kw in requests])
+    for i, (w, g) in enumerate(zip(want, got, strict=True)):
+        assert not isinstance(g, BaseException), f"request {i} failed: {g!r}"
+        assert same(w, g), f"request {i} differs from its serial run"
+    assert batched.batcher is not None
+    stats = batched.batcher.stats
+    assert stats.batched_forwards > 0 and stats.max_rows >= 5  # two proposals in one forward
+    assert any(rows in stats.row_counts for rows in (5, 6, 8))
 
 
 def test_a_lone_forked_proposal_is_not_counted_as_batched(pair: tuple[Any, Any, Any, Any]) -> None:
