@@ -22,6 +22,7 @@ from specguard_core.config import (  # noqa: F401 (PRESETS, parse_value re-expor
     EngineConfig,
     parse_sets,
     parse_value,
+    positive_int,
 )
 from specguard_core.engine.remote_load import add_target_flags, target_flags
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -119,7 +120,7 @@ def add_bench_parser(
     p.add_argument("--batching", action="store_true",
                    help="build the engine with EngineConfig(batching=True): concurrent requests "
                    "share forwards (compare with a run without it, in another --out)")
-    p.add_argument("--max-batch-rows", type=int, default=None, metavar="N",
+    p.add_argument("--max-batch-rows", type=positive_int, default=None, metavar="N",
                    help="with --batching: the most rows in one batched forward (EngineConfig."
                    f"max_batch_rows, default {EngineConfig().max_batch_rows}; a k-candidate "
                    "proposal brings k rows, so the paper preset's k=16 needs more to batch)")
@@ -291,7 +292,6 @@ def _max_batch_rows(args: argparse.Namespace) -> int | None:
     if not args.batching:
         raise ValueError("--max-batch-rows bounds the batched forwards of --batching; add "
                          "--batching or drop --max-batch-rows")
-    EngineConfig(batching=True, max_batch_rows=args.max_batch_rows)  # validates (>= 1)
     return int(args.max_batch_rows)
 
 
@@ -302,9 +302,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _set_threads(args.threads)
     try:
         sets = parse_sets(args.sets)
-        if args.synthetic and (args.concurrency is not None or args.target_url or args.batching):
-            raise ValueError("--concurrency, --batching and --target-url measure the real "
-                             "benchmark; they do not apply to --synthetic")
+        if args.synthetic and (args.concurrency is not None or args.target_url or args.batching
+                               or args.max_batch_rows is not None):
+            raise ValueError("--concurrency, --batching, --max-batch-rows and --target-url "
+                             "measure the real benchmark; they do not apply to --synthetic")
         (_synthetic if args.synthetic else _bench)(args, sets)
     except (ValueError, ResumeMismatch, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -39,7 +39,7 @@ from specguard_bench.methods import (
 )
 from specguard_bench.metrics import ProblemRow, markdown_table, specguard_fields, summarize
 from specguard_bench.store import RESULTS, append_row, check_resume, load_rows, pending_pairs
-from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig
+from specguard_core.config import PRESETS, EngineConfig, NormBounds, SpecGuardConfig
 from specguard_core.verifiers import SHIPPED_DIR
 
 SUMMARY, TABLE, PLOT = "summary.json", "results.md", "results.png"
@@ -83,7 +83,8 @@ class BenchSettings(PairSettings):
             # only when set, so runs stored before the field existed still resume
             **({"heterogeneous": True} if self.heterogeneous else {}),
             **({"batching": True} if self.batching else {}),
-            **({"max_batch_rows": self.max_batch_rows} if self.max_batch_rows else {}),
+            **({"max_batch_rows": self.max_batch_rows}
+               if self.max_batch_rows not in (None, EngineConfig().max_batch_rows) else {}),
             **({"served_target": self.served.fingerprint()} if self.served else {}),
         }
 

@@ -270,6 +270,19 @@ def preset(name: str, **overrides: Any) -> SpecGuardConfig:
 _SPECIAL_FLOATS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf}
 
 
+def positive_int(text: str) -> int:
+    """An argparse `type` for a count of at least 1 (a one-line usage error otherwise)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def parse_value(text: str) -> Any:
     """A `--set` value: JSON (`4`, `0.6`, `true`, `["\\n\\n"]`), `inf`/`-inf`, else the string."""
     if text.strip().lower() in _SPECIAL_FLOATS:

@@ -21,6 +21,7 @@ from specguard_core.config import (
     NormBounds,
     SpecGuardConfig,
     parse_sets,
+    positive_int,
     preset,
 )
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -54,10 +55,12 @@ def add_serve_parser(sub: Any) -> None:
                    help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}, else none)")
     p.add_argument("--served-model-name", help="the model id clients send (default: "
                    "specguard:<draft>+<target> as given here; GET /v1/models shows it)")
-    p.add_argument("--batching", action="store_true",
+    p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
                    help="concurrent requests share the models' forwards (EngineConfig(batching="
-                   "True), README \"Batching\"); off: they take turns step by step")
-    p.add_argument("--max-batch-rows", type=int, default=None, metavar="N",
+                   "True), README \"Batching\"); default: on, unless --trust-remote-code (a "
+                   "model's own code may ignore the padding masks batching needs); "
+                   "--no-batching: they take turns step by step, each equal to its serial run")
+    p.add_argument("--max-batch-rows", type=positive_int, default=None, metavar="N",
                    help="with --batching: the most rows in one batched forward (default "
                    f"{EngineConfig().max_batch_rows}; a k-candidate proposal brings k rows)")
     p.add_argument("--max-concurrent", type=int, default=None,
@@ -99,6 +102,21 @@ def bind(host: str, port: int) -> socket.socket:
         raise OSError(msg) from None
 
 
+def _batching(args: argparse.Namespace) -> bool:
+    """`--batching` / `--no-batching` as given; by default on, unless the models run their own
+    code (`--trust-remote-code`) or this transformers cannot batch (said on stderr)."""
+    if args.batching is not None:
+        return bool(args.batching)
+    from specguard_core.engine.scheduler import unsupported
+
+    why = ("--trust-remote-code: a model's own code may ignore the padding masks batching needs"
+           if args.trust_remote_code else unsupported())
+    if why:
+        print(f"note: batching off ({why}); concurrent requests take turns step by step "
+              "(--batching forces it on)", file=sys.stderr)
+    return why is None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -110,17 +128,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     target, remote = remote_options(args)
     target_name = remote.get("target_model") or target
-    if args.max_batch_rows is not None and not args.batching:
-        print("error: --max-batch-rows bounds the batched forwards of --batching; add --batching "
-              "or drop --max-batch-rows", file=sys.stderr)
+    batching = _batching(args)
+    if args.max_batch_rows is not None and not batching:
+        print("error: --max-batch-rows bounds the batched forwards of batching; drop "
+              "--no-batching or --max-batch-rows", file=sys.stderr)
         return 2
-    try:
-        engine_config = EngineConfig(batching=True, **(
-            {"max_batch_rows": args.max_batch_rows} if args.max_batch_rows is not None else {})
-        ) if args.batching else None
-    except ValueError as err:
-        print(f"error: --max-batch-rows: {err}", file=sys.stderr)
-        return 2
+    engine_config = EngineConfig(batching=True, **(
+        {"max_batch_rows": args.max_batch_rows} if args.max_batch_rows is not None else {})
+    ) if batching else None
     concurrent = args.max_concurrent if args.max_concurrent is not None else (
         engine_config.max_active_requests if engine_config else 1)
     settings = ServeSettings(api_key=args.api_key or None, max_concurrent=concurrent,

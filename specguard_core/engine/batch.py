@@ -61,7 +61,7 @@ def forward_rows(handle: ModelHandle, states: Sequence[CacheState],
                          " (and as many recorders, if any); pass one of each per state")
     if len({id(s) for s in states}) != len(states):
         raise ValueError("forward_rows: the same state appears twice; give each request one row")
-    feeds = [ids.long().cpu() if isinstance(ids, torch.Tensor)
+    feeds = [torch.atleast_2d(ids.long().cpu()) if isinstance(ids, torch.Tensor)
              else torch.tensor([list(ids)], dtype=torch.long) for ids in new_ids]  # [r_i, q_i]
     lengths = [int(f.shape[1]) for f in feeds]
     every, tentatives = _per_row(all_logits, len(states)), _per_row(tentative, len(states))
@@ -96,22 +96,28 @@ def forward_rows(handle: ModelHandle, states: Sequence[CacheState],
 
     out = handle.forward_padded(cache, input_ids, mask, positions, keep, hidden=hidden,
                                 recorder=shared)
-    handle.scatter_rows(cache, states, width, lengths)
+    # every output is cut out before any state changes: a failure here leaves all caches as they
+    # were (the scheduler then reruns each call alone)
     if any(every):  # flattened [sum kept, V] in row order: a state's block is r x (n or 1) rows
         sizes = [r * (n if e else 1) for r, n, e in zip(counts, lengths, every, strict=True)]
         logits = [x.reshape(r, -1, x.shape[-1]) for x, r in
                   zip(out.logits.split(sizes), counts, strict=True)]  # [r, q', V] each
     else:
         logits = [out.logits[block] for block in blocks]  # [r, 1, V] each
-    forwards = []
-    for i, (state, block, n, p) in enumerate(zip(states, blocks, lengths, past, strict=True)):
-        count_forward(state, counts[i], n, tentatives[i])
+    forwards, rows_seen = [], []
+    for i, (block, n, p) in enumerate(zip(blocks, lengths, past, strict=True)):
         layers = tuple(h[block, :n] for h in out.layers) if out.layers else None
         forwards.append(Forward(logits[i], layers[-1] if layers else None, layers))
         recorder = recorders[i] if recorders is not None else None
-        if recorder is not None and shared is not None:
-            for layer in recorder.layers:  # [b, Q, W + Q] -> this state's [r, n, p + n]
-                recorder.rows[layer] = shared.rows[layer][block, :n, width - p:width + n]
+        rows_seen.append({layer: shared.rows[layer][block, :n, width - p:width + n]
+                          for layer in recorder.layers}  # [b, Q, W + Q] -> [r, n, p + n]
+                         if recorder is not None and shared is not None else None)
+    handle.scatter_rows(cache, states, width, lengths)
+    for i, (state, n) in enumerate(zip(states, lengths, strict=True)):
+        count_forward(state, counts[i], n, tentatives[i])
+        seen = rows_seen[i]
+        if recorders is not None and (recorder := recorders[i]) is not None and seen is not None:
+            recorder.rows.update(seen)
     return forwards
 
 

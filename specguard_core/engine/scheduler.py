@@ -125,6 +125,18 @@ class SchedulerStats:
         self.row_counts[rows] = self.row_counts.get(rows, 0) + 1
 
 
+def unsupported() -> str | None:
+    """Why this installation cannot batch (an error message), or None when it can."""
+    import transformers
+    import transformers.modeling_utils as modeling_utils
+
+    if not hasattr(modeling_utils, "slice_logits_to_keep"):
+        return (f"EngineConfig(batching=True) needs a transformers that takes per-row "
+                f"logits_to_keep (5.24 does; this is {transformers.__version__}); upgrade "
+                "transformers or leave batching off")
+    return None
+
+
 class Batcher:
     """One per engine: admission, the baton, and the rounds (see the module docstring)."""
 
@@ -149,14 +161,8 @@ class Batcher:
         """The engine's batcher, or None when `config.batching` is off."""
         if not config.batching:
             return None
-        import transformers
-        import transformers.modeling_utils as modeling_utils
-
-        if not hasattr(modeling_utils, "slice_logits_to_keep"):
-            raise ValueError(
-                f"EngineConfig(batching=True) needs a transformers that takes per-row "
-                f"logits_to_keep (5.24 does; this is {transformers.__version__}); upgrade "
-                "transformers or leave batching off")
+        if problem := unsupported():
+            raise ValueError(problem)
         return cls(config.max_batch_rows, config.max_active_requests, config.batch_window_s)
 
     @property
@@ -247,10 +253,12 @@ class Batcher:
     @contextmanager
     def _lend(self, ticket: _Ticket) -> Iterator[None]:
         """The baton goes to the others while the step waits on another process; rounds stop
-        waiting for it."""
-        if ticket.baton:
-            ticket.baton = False
-            self._baton.release()
+        waiting for it. Nested (already lent), nothing more is lent."""
+        if ticket.lent or not ticket.baton:
+            yield
+            return
+        ticket.baton = False
+        self._baton.release()
         with self._cond:
             ticket.lent = True
             self._touch()
@@ -261,6 +269,7 @@ class Batcher:
                 ticket.lent = False
                 self._touch()
             self._take_baton(ticket)
+            ticket.waiter.check()  # cancelled meanwhile: stop here, not after the next forward
 
     def current(self) -> _Ticket | None:
         """The ticket of the step running in this thread (None outside a batched step)."""
@@ -349,7 +358,7 @@ class Batcher:
                 if call not in rows:
                     self._solo(call)
             for chunk in self._chunks(rows):
-                if len(chunk) == 1 or sum(c.rows for c in chunk) > self.max_batch_rows:
+                if len(chunk) == 1:  # alone, or one call with more rows than the bound
                     self._solo(chunk[0])
                 else:
                     self._batched(chunk)

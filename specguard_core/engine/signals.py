@@ -67,13 +67,18 @@ def soft_medoid(embeddings: torch.Tensor) -> int:
     i.e. the candidate whose own similarity weighs least against its similarity to the others.
     Values within `MEDOID_TIE` of the minimum tie, and a tie goes to the lowest index: with k = 2
     the diagonal is equal by construction, so the pick would otherwise be decided by float
-    rounding (and differ between a solo and a batched forward of the same candidates).
+    rounding (and could differ between a solo and a batched forward of the same candidates;
+    with k >= 3 values near the window's edge still can). A non-finite value never wins.
     """
     if embeddings.shape[0] == 1:
         return 0
+    finite = torch.isfinite(embeddings).all(dim=-1)  # [k]
+    if not finite.all():  # one NaN row would make every similarity NaN: judge the others
+        keep = torch.nonzero(finite)[:, 0]
+        return int(keep[soft_medoid(embeddings[keep])]) if len(keep) else 0
     unit = torch.nn.functional.normalize(embeddings.float(), dim=-1)
     sim = torch.softmax(unit @ unit.T, dim=-1)  # [k, k]
-    diag = torch.diagonal(sim)  # [k]
+    diag = torch.nan_to_num(torch.diagonal(sim), nan=math.inf)  # [k]
     return int(torch.nonzero(diag <= diag.min() + MEDOID_TIE)[0, 0])
 
 

@@ -36,7 +36,7 @@ class Waiter(Protocol):
 def waiting_io() -> Iterator[None]:
     """Lend the running step's turn for the block (see the module docstring); it is taken back
     before the block's end returns, raising what the request's `check()` raises if it was
-    cancelled meanwhile."""
+    cancelled meanwhile. Nested, the inner block lends nothing more."""
     lend: Lend | None = getattr(_current, "lend", None)
     if lend is None:
         yield
@@ -78,6 +78,9 @@ class Turns:
         @contextmanager
         def lend() -> Iterator[None]:
             nonlocal held
+            if not held:  # a nested wait: already lent
+                yield
+                return
             self._lock.release()
             held = False
             try:
@@ -85,6 +88,7 @@ class Turns:
             finally:
                 take(self._lock, waiter)
                 held = True
+                waiter.check()  # cancelled meanwhile: stop here, not after the next forward
 
         try:
             waiter.check()

@@ -108,8 +108,8 @@ def test_serve_runs_with_its_flags(monkeypatch: pytest.MonkeyPatch) -> None:
         "bfloat16", "cpu", None, "v1")
 
 
-def test_serve_batching_flag_builds_a_batching_engine_with_its_slots(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_serve_batches_by_default_and_the_flag_builds_the_engine_with_its_slots(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     seen: dict[str, Any] = {}
 
     def fake_load(draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
@@ -122,9 +122,12 @@ def test_serve_batching_flag_builds_a_batching_engine_with_its_slots(
 
     monkeypatch.setattr(SpecGuardEngine, "from_pretrained", staticmethod(fake_load))
     monkeypatch.setattr("specguard.serve.app.create_app", fake_app)
-    for argv, batching, slots in ((["--batching"], True, 16), ([], False, 1),
+    for argv, batching, slots in ((["--batching"], True, 16), ([], True, 16),
+                                  (["--no-batching"], False, 1),
+                                  (["--trust-remote-code"], False, 1),
+                                  (["--trust-remote-code", "--batching"], True, 16),
                                   (["--batching", "--max-concurrent", "3"], True, 3),
-                                  (["--batching", "--max-batch-rows", "48"], True, 16)):
+                                  (["--max-batch-rows", "48"], True, 16)):
         with pytest.raises(SystemExit):
             main(["serve", "--port", "0", *argv])
         cfg = seen["engine_config"]
@@ -132,8 +135,12 @@ def test_serve_batching_flag_builds_a_batching_engine_with_its_slots(
         assert seen["settings"].max_concurrent == slots
         if batching:
             assert cfg.max_batch_rows == (48 if "--max-batch-rows" in argv else 16)
+        said = capsys.readouterr().err
+        assert ("note: batching off (--trust-remote-code" in said) == (argv == ["--trust-remote-code"])
     # --max-batch-rows without --batching, or below 1: a one-line error before any model loads
     seen.clear()
-    assert main(["serve", "--port", "0", "--max-batch-rows", "32"]) == 2
-    assert main(["serve", "--port", "0", "--batching", "--max-batch-rows", "0"]) == 2
+    assert main(["serve", "--port", "0", "--no-batching", "--max-batch-rows", "32"]) == 2
+    with pytest.raises(SystemExit) as usage:  # argparse: one usage line
+        main(["serve", "--port", "0", "--batching", "--max-batch-rows", "0"])
+    assert usage.value.code == 2
     assert "engine_config" not in seen

@@ -74,6 +74,18 @@ def _decode_on(handle: ModelHandle, states: list[CacheState], steps: int) -> lis
     return out
 
 
+def test_a_forward_failing_after_the_model_ran_changes_no_cache(handle: ModelHandle) -> None:
+    states = _states(handle, _prompts([5, 7]))
+    before = [(s.cache.get_seq_length() if s.cache else 0, s.counters) for s in states]
+    before = [(n, type(c)(**vars(c))) for n, c in before]  # copies of the counters
+    with pytest.raises(KeyError):  # the recorder asks for a layer the model does not have
+        forward_rows(handle, states, [[5], torch.tensor([6, 7])],
+                     recorders=[AttentionRecorder(frozenset({99})), None])
+    assert [(s.cache.get_seq_length() if s.cache else 0, s.counters) for s in states] == before
+    out = forward_rows(handle, states, [[5], torch.tensor([6, 7])])  # a 1-D tensor is one row
+    assert [o.logits.shape[:2] for o in out] == [(1, 1), (1, 1)]
+
+
 @pytest.mark.parametrize("all_logits", [False, True])
 def test_forked_proposals_batch_with_single_rows_as_solo_forwards(
         handle: ModelHandle, all_logits: bool) -> None:

@@ -79,6 +79,12 @@ def test_soft_medoid_breaks_ties_by_the_lowest_index_not_by_rounding() -> None:
     assert signals.soft_medoid(noisy.flip(0)) == 0  # rounding-sized changes do not flip it
 
 
+def test_soft_medoid_never_picks_a_non_finite_candidate() -> None:
+    emb = torch.tensor([[float("nan"), 1.0], [1.0, 0.0], [0.9, 0.1]])
+    assert signals.soft_medoid(emb) in (1, 2)
+    assert signals.soft_medoid(torch.full((3, 2), float("nan"))) == 0  # no crash
+
+
 def test_soft_medoid_matches_definition() -> None:
     emb = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
     unit = emb / emb.norm(dim=-1, keepdim=True)

@@ -127,6 +127,21 @@ def test_a_step_waiting_on_io_lends_its_turn_and_takes_it_back() -> None:
     turns._lock.release()
 
 
+def test_a_nested_wait_lends_nothing_more_and_a_cancel_during_a_wait_stops_the_step() -> None:
+    turns, waiter = Turns(), _Waiter()
+    with pytest.raises(Cancelled):
+        with turns.step(waiter):
+            with waiting_io():
+                with waiting_io():  # nested: no second release of the lock
+                    pass
+                assert turns._lock.acquire(timeout=1)  # lent: free to take
+                turns._lock.release()
+                waiter.cancel.set()  # cancelled while nobody holds the turn
+            pytest.fail("a cancelled request went on after its wait")
+    assert turns._lock.acquire(timeout=1)
+    turns._lock.release()
+
+
 def test_a_request_cancelled_while_its_turn_is_lent_stops_and_frees_the_turn() -> None:
     turns, waiter = Turns(), _Waiter()
     lent, release_other = threading.Event(), threading.Event()
