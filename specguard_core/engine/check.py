@@ -9,7 +9,8 @@ probability, the target's tentative pass over the step grows by the new tokens
 whole-step check; at the first refused token the draft stops. The verdicts are the whole-step
 check's (the same target rows, fed in pieces: equal in float32; bf16 rounding of the smaller passes
 can flip a borderline token). The watcher sees whole characters only, so a budget cut that drops an
-unfinished character never changes a verdict.
+unfinished character never changes a verdict. A served target (`RemoteTarget`) grows its pass with
+one more request over the whole prefix (`try_more`; the server's prefix cache holds the rest).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.handle import CacheState, ModelHandle, TentativePass
+from specguard_core.engine.remote import RemoteTarget
 from specguard_core.engine.request import Request
 from specguard_core.engine.speculative import checked_prefix
 from specguard_core.engine.target import Target
@@ -27,11 +29,11 @@ from specguard_core.engine.target import Target
 
 @dataclass
 class GrowingCheck:
-    """Watches one draft step (k=1, same vocabulary, an in-process target). `passed` leading step
-    tokens passed the target's check; `checked` were judged; `seconds` spent in the target's
-    passes. Call `finish` when the proposal ends to judge the rest and get the pass."""
+    """Watches one draft step (k=1, same vocabulary, an in-process or served target). `passed`
+    leading step tokens passed the target's check; `checked` were judged; `seconds` spent in the
+    target's passes. Call `finish` when the proposal ends to judge the rest and get the pass."""
 
-    target: ModelHandle
+    target: ModelHandle | RemoteTarget
     state: CacheState  # the target's, for this request
     cfg: SpecGuardConfig
     tpass: TentativePass | None = None
@@ -44,13 +46,13 @@ class GrowingCheck:
         """A check of `req`'s next draft step while it is written, when configured
         (`check_tokens`) and when every step goes to the target check anyway: one candidate,
         `tau_accept` = +inf and `tau_reject` = -inf, a speculative fallback to finish a refused
-        step, draft scoring, the same vocabulary and an in-process target, no forced tool call;
-        else None."""
+        step, draft scoring, the same vocabulary, an in-process or served (vLLM) target, no
+        forced tool call; else None."""
         cfg = req.cfg
         forced = req.required is not None and not req.in_think
         if (cfg.check_tokens == 0 or cfg.k != 1 or cfg.thresholds != (math.inf, -math.inf)
                 or cfg.fallback != "speculative" or cfg.scoring_model != "draft" or forced
-                or not same_vocab or not isinstance(target, ModelHandle)):
+                or not same_vocab or not isinstance(target, ModelHandle | RemoteTarget)):
             return None
         return cls(target, req.target, cfg)
 

@@ -70,12 +70,13 @@ class TentativePass:
         self.handle.drop_uncommitted(self.state)
 
     def extend(self, ids: list[int]) -> None:
-        """Feed `ids` after this pass's tokens, still uncommitted (an in-process model only): `ids`
-        and `logits` grow as if one pass had fed all of them."""
-        handle = self.handle
-        if not isinstance(handle, ModelHandle):
-            raise TypeError(f"{type(handle).__name__} passes cannot be extended")
-        handle.try_more(self, ids)
+        """Feed `ids` after this pass's tokens, still uncommitted (a handle with `try_more`: an
+        in-process model or a served target): `ids` and `logits` grow as if one pass had fed
+        all of them."""
+        try_more = getattr(self.handle, "try_more", None)
+        if try_more is None:
+            raise TypeError(f"{type(self.handle).__name__} passes cannot be extended")
+        try_more(self, ids)
 
 
 class ModelHandle:

@@ -7,6 +7,8 @@ OpenAI-compatible API, always with token ids (never text), so both sides agree o
   hold those log-probs and `NEG` elsewhere (`[T+1, V]`), so greedy decisions (argmax) are exact;
   anything that needs the whole distribution sees it renormalised over the top K (plus the token
   itself): typical acceptance's entropy, and sampling (top-K sampling of the target).
+  `try_more` grows a pass (the check while the draft writes) with one more such request over
+  the whole prefix.
 - A rejected step (`write_step`) is one `/v1/completions` call with the committed ids, the step's
   token budget and `stop` at the step markers; its tokens are read back as ids and cut where the
   engine's own step rules end the step (`StepText`), continuing the call when a marker the
@@ -163,10 +165,24 @@ class RemoteTarget:
         self.catch_up(state)
         if not ids and state.logits is not None:
             return TentativePass(self, state, [], state.logits[None], None)
-        start = len(state.ids)
-        if start == 0:
+        if not state.ids:
             raise ValueError("a remote target pass needs a non-empty committed prefix")
-        body = {"prompt": state.ids + ids, "max_tokens": 1, "temperature": 0.0,
+        return TentativePass(self, state, list(ids), self._pass(state, state.ids, ids), None)
+
+    def try_more(self, tpass: TentativePass, ids: list[int]) -> None:
+        """Grow `tpass` by `ids` (`TentativePass.extend`): one request over the committed ids,
+        the pass's tokens and `ids` (the server's prefix cache holds the rest), whose rows for
+        `ids` replace the pass's last row."""
+        if ids:
+            rows = self._pass(tpass.state, tpass.state.ids + tpass.ids, ids)  # [T'+1, V]
+            tpass.ids = tpass.ids + list(ids)
+            tpass.logits = torch.cat([tpass.logits[:-1], rows])  # [T+T'+1, V]
+
+    def _pass(self, state: CacheState, prefix: list[int], ids: list[int]) -> torch.Tensor:
+        """One request over `prefix + ids`: the logits rows `[T+1, V]` predicting each of `ids`
+        and the token after them (counted as one forward of `state`)."""
+        start = len(prefix)
+        body = {"prompt": prefix + ids, "max_tokens": 1, "temperature": 0.0,
                 "logprobs": self.top_logprobs, "return_tokens_as_token_ids": True}
         if ids:
             body["prompt_logprobs"] = self.top_logprobs
@@ -183,7 +199,7 @@ class RemoteTarget:
             self._fill(logits[len(ids)], {_token_id(k): v for k, v in top.items()})
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
             raise self._unexpected("verify tokens", err) from None
-        return TentativePass(self, state, list(ids), logits, None)
+        return logits
 
     def commit_row(self, state: CacheState, row: int, new_ids: list[int],
                    logits: torch.Tensor | None) -> None:

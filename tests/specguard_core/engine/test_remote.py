@@ -20,6 +20,9 @@ from specguard_core.engine.remote import NEG, RemoteTarget, RemoteTargetError
 from specguard_core.testing import ScriptedLM, build_tokenizer
 from tests.fixtures import WEATHER
 from tests.specguard.serve.serve_helpers import live_server
+from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
+from tests.specguard_core.engine.test_engine import GREEDY as CHECK_GREEDY
+from tests.specguard_core.engine.test_engine import QUESTION as CHECK_QUESTION
 from tests.specguard_core.engine.vllm_helpers import FakeVLLM, free_port
 
 QUESTION = "What is 3 + 4, times 6?"
@@ -185,6 +188,34 @@ def test_concurrent_requests_wait_for_the_server_together(tiny_pair: Any, batchi
     spans = sorted(fake.spans)
     overlapping = sum(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))
     assert overlapping >= len(spans) // 3, spans  # serialised calls would give 0
+
+
+def test_a_served_target_checks_the_step_while_the_draft_writes_it(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`check_tokens` with a served target: the pass grows by one request per chunk
+    (`RemoteTarget.try_more`); the output and paths equal checking each written step, and fewer
+    draft tokens are wasted."""
+    d_model, d_tok, t_model, t_tok = noisy_copy_pair(tmp_path_factory.mktemp("noisy-remote"),
+                                                     noise=0.01)  # some steps pass
+    fake = FakeVLLM(t_model, t_tok, name="noisy")
+    checked = dict(tau_accept=math.inf, tau_reject=-math.inf, typical_eps=0.03,
+                   typical_delta=0.1, typical_ratio=0.3)
+    with live_server(fake.app()) as base:
+        target = RemoteTarget.connect(f"{base}/v1", "noisy", t_tok)
+        grown: list[int] = []
+        try_more = target.try_more
+        target.try_more = lambda tpass, ids: (grown.append(len(ids)), try_more(tpass, ids))[1]
+        engine = SpecGuardEngine(d_model, d_tok, target,
+                                 config=SpecGuardConfig(**CHECK_GREEDY, fallback="speculative"))
+        whole = engine.generate(CHECK_QUESTION, **checked)
+        assert grown == []
+        growing = engine.generate(CHECK_QUESTION, check_tokens=3, **checked)
+    assert [s.token_ids for s in growing.steps] == [s.token_ids for s in whole.steps]
+    assert [s.path for s in growing.steps] == [s.path for s in whole.steps]
+    assert {"target-checked", "target-verified"} <= {s.path for s in whole.steps}
+    wasted = [sum(s.draft_wasted for s in r.steps) for r in (growing, whole)]
+    assert wasted[0] < wasted[1]
+    assert grown  # the pass grew with the draft's step
 
 
 # ---- errors ---------------------------------------------------------------------------------
