@@ -26,7 +26,7 @@ CORE_LAYERS = {
     "specguard_core.engine.turns": 2,
     "specguard_core.engine.capture": 3, "specguard_core.engine.handle": 3,
     "specguard_core.engine.batch": 4,
-    "specguard_core.engine.scheduler": 5,
+    "specguard_core.engine.scheduler": 5, "specguard_core.engine.rounds": 5,
     "specguard_core.engine.proposer": 4, "specguard_core.engine.selector": 4,
     "specguard_core.engine.probe": 4, "specguard_core.engine.verifier": 4,
     "specguard_core.engine.speculative": 4, "specguard_core.engine.target": 4,

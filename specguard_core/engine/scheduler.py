@@ -39,22 +39,24 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from specguard_core.config import EngineConfig
-from specguard_core.engine.batch import forward_rows
 from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import InputError
 from specguard_core.engine.handle import CacheState, Forward, ModelHandle
+from specguard_core.engine.rounds import (
+    PAD_FREE_TOKENS,
+    Call,
+    SchedulerStats,
+    chunks,
+    run_alone,
+    run_together,
+)
 from specguard_core.engine.turns import SLICE_S, Waiter, lending, take
-
-# Padding short rows up to this many tokens per forward is cheap next to running them apart: on the
-# measured CPU 8 rows x 8 tokens cost 2.2x one 1-token decode of the target, 8 solo passes 8x
-# (benchmarks/results/batch-forward-cpu1core/).
-PAD_FREE_TOKENS = 64
 
 
 @dataclass(eq=False)
@@ -70,59 +72,6 @@ class _Ticket:
     @property
     def live(self) -> bool:
         return not self.waiter.cancel.is_set()
-
-
-@dataclass(eq=False)
-class Call:
-    """One forward a request waits for: `ModelHandle.forward`'s arguments, then its result."""
-
-    handle: ModelHandle
-    state: CacheState
-    input_ids: torch.Tensor  # [b, q]
-    all_logits: bool
-    hidden: bool
-    recorder: AttentionRecorder | None
-    tentative: bool
-    ticket: _Ticket
-    result: Forward | None = None
-    error: BaseException | None = None
-    done: bool = False
-    submitted: float = field(default_factory=time.monotonic)
-
-    @property
-    def tokens(self) -> int:
-        return int(self.input_ids.shape[1])
-
-    @property
-    def rows(self) -> int:
-        return int(self.input_ids.shape[0])
-
-    def batchable(self) -> bool:
-        """A row per cache row (1, or a forked proposal's k) of full-attention layers (what
-        `forward_rows` takes)."""
-        return self.handle.batch_problem(self.state, rows=self.rows) is None
-
-
-@dataclass
-class SchedulerStats:
-    """What the scheduler observed: rounds run, forwards (batched: more than one request's rows),
-    the most rows in one forward (a forked proposal brings k) and the most requests admitted at
-    once."""
-
-    rounds: int = 0
-    forwards: int = 0
-    batched_forwards: int = 0
-    rows: int = 0
-    max_rows: int = 0
-    max_active: int = 0
-    row_counts: dict[int, int] = field(default_factory=dict)  # rows per forward -> forwards
-
-    def count(self, rows: int, requests: int) -> None:
-        self.forwards += 1
-        self.batched_forwards += requests > 1
-        self.rows += rows
-        self.max_rows = max(self.max_rows, rows)
-        self.row_counts[rows] = self.row_counts.get(rows, 0) + 1
 
 
 def unsupported() -> str | None:
@@ -357,7 +306,7 @@ class Batcher:
             for call in group:
                 if call not in rows:
                     self._solo(call)
-            for chunk in self._chunks(rows):
+            for chunk in chunks(rows, self.max_batch_rows):
                 if len(chunk) == 1:  # alone, or one call with more rows than the bound
                     self._solo(chunk[0])
                 else:
@@ -366,55 +315,17 @@ class Batcher:
                 with self._cond:
                     self._cost[key] = time.perf_counter() - t0
 
-    def _chunks(self, calls: list[Call]) -> list[list[Call]]:
-        """Calls into forwards of at most `max_batch_rows` rows, longest first; a call joins a
-        forward while the padded size stays within `PAD_FREE_TOKENS` or twice the real tokens."""
-        chunks: list[list[Call]] = []
-        real = rows = 0
-        for call in sorted(calls, key=lambda c: -c.tokens):
-            chunk = chunks[-1] if chunks else None
-            if chunk is not None and rows + call.rows <= self.max_batch_rows:
-                width = chunk[0].tokens  # the longest row: every row is padded to it
-                padded = (rows + call.rows) * width
-                if padded <= max(PAD_FREE_TOKENS, 2 * (real + call.rows * call.tokens)):
-                    chunk.append(call)
-                    real += call.rows * call.tokens
-                    rows += call.rows
-                    continue
-            chunks.append([call])
-            real, rows = call.rows * call.tokens, call.rows
-        return chunks
-
     def _solo(self, call: Call) -> None:
-        try:
-            call.result = ModelHandle.forward(
-                call.handle, call.state, call.input_ids, all_logits=call.all_logits,
-                hidden=call.hidden, recorder=call.recorder, tentative=call.tentative)
-        except Exception as err:  # the request's own thread raises it
-            call.error = err
-        call.done = True
+        run_alone(call)
         with self._cond:
             self.stats.count(call.rows, requests=1)
 
     def _batched(self, chunk: list[Call]) -> None:
-        recorders = [c.recorder for c in chunk]
-        try:
-            outs = forward_rows(
-                chunk[0].handle, [c.state for c in chunk],
-                [c.input_ids for c in chunk],
-                all_logits=[c.all_logits for c in chunk], hidden=any(c.hidden for c in chunk),
-                recorders=recorders if any(r is not None for r in recorders) else None,
-                tentative=[c.tentative for c in chunk])
-            for call, out in zip(chunk, outs, strict=True):
-                call.result = out if call.hidden else Forward(out.logits, None, None)
-        except Exception:
-            # one row's failure must not fail the others: run each alone (the caches are only
-            # written after the forward, so nobody's cache changed)
+        if not run_together(chunk):
+            # one row's failure must not fail the others: run each alone (nothing changed)
             for call in chunk:
                 self._solo(call)
             return
-        for call in chunk:
-            call.done = True
         with self._cond:
             self.stats.count(sum(c.rows for c in chunk), requests=len(chunk))
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
+from specguard_core.engine import rounds
 from specguard_core.engine.chat import InputError
 from specguard_core.engine.scheduler import Batcher, BatchingHandle
 from specguard_core.types import Cancelled, GenerationResult
@@ -168,13 +169,12 @@ def test_rows_are_grouped_so_a_long_row_never_pads_many_short_ones() -> None:
         def __init__(self, tokens: int, rows: int = 1) -> None:
             self.tokens, self.rows = tokens, rows
 
-    batcher = Batcher(max_batch_rows=3)
     calls = [_Call(n) for n in (1, 200, 1, 8, 1, 1, 7)]
-    chunks = batcher._chunks(calls)  # type: ignore[arg-type]
+    chunks = rounds.chunks(calls, 3)  # type: ignore[arg-type]
     assert [[c.tokens for c in chunk] for chunk in chunks] == [[200, 8], [7, 1, 1], [1, 1]]
     # a forked proposal's call brings its k rows: at most max_batch_rows rows per forward
     forked = [_Call(1, 2), _Call(1, 1), _Call(1, 3), _Call(1, 1)]
-    chunks = Batcher(max_batch_rows=4)._chunks(forked)  # type: ignore[arg-type]
+    chunks = rounds.chunks(forked, 4)  # type: ignore[arg-type]
     assert [[c.rows for c in chunk] for chunk in chunks] == [[2, 1], [3, 1]]
 
 
@@ -279,20 +279,23 @@ def test_one_failing_row_does_not_fail_its_batch_mates(pair: tuple[Any, Any, Any
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A batched forward that fails (here whenever one long row is in it, as an out-of-memory
     could) is run again call by call, so only that request sees the error."""
-    from specguard_core.engine import scheduler
+    from specguard_core.engine import rounds
 
     serial, batched = engines(pair)
-    real = scheduler.forward_rows
+    real = rounds.forward_rows
+    failed: list[int] = []
 
-    def flaky(handle: Any, states: Any, ids: list[list[int]], **kw: Any) -> Any:
-        if len(ids) > 1 and any(len(i) > 30 for i in ids):
+    def flaky(handle: Any, states: Any, ids: list[torch.Tensor], **kw: Any) -> Any:
+        if len(ids) > 1 and any(i.shape[-1] > 30 for i in ids):  # [rows, tokens] per call
+            failed.append(len(ids))
             raise RuntimeError("one row too many")
         return real(handle, states, ids, **kw)
 
-    monkeypatch.setattr(scheduler, "forward_rows", flaky)
+    monkeypatch.setattr(rounds, "forward_rows", flaky)
     prompts = ["What is 3 + 4?", "word " * 20, "Hi"]
     got = concurrently([lambda p=p: batched.generate(p) for p in prompts])
     assert all(same(g, serial.generate(p)) for g, p in zip(got, prompts, strict=True))
+    assert failed  # the failing batched forward did happen
 
 
 def test_forked_proposals_of_concurrent_requests_share_forwards(
