@@ -79,16 +79,22 @@ class Round:
     uids: list[str]
     wall_s: float
     requests: list[Request]
+    # a batching engine's forwards during the round: rows per forward -> forwards (None: no
+    # batching, or a round stored before this was recorded)
+    row_counts: dict[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "concurrency": self.concurrency, "uids": self.uids,
-                "wall_s": self.wall_s, "requests": [r.to_dict() for r in self.requests]}
+                "wall_s": self.wall_s, "requests": [r.to_dict() for r in self.requests],
+                **({"row_counts": self.row_counts} if self.row_counts is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Round:
+        counts = data.get("row_counts")
         return cls(method=data["method"], concurrency=int(data["concurrency"]),
                    uids=list(data["uids"]), wall_s=float(data["wall_s"]),
-                   requests=[Request.from_dict(r) for r in data["requests"]])
+                   requests=[Request.from_dict(r) for r in data["requests"]],
+                   row_counts={int(k): int(v) for k, v in counts.items()} if counts else None)
 
 
 def check_levels(levels: Sequence[int], n_problems: int) -> tuple[int, ...]:
@@ -141,6 +147,8 @@ def run_round(engine: Any, method: str, problems: Sequence[Problem], concurrency
             done.append((problem, out, cid, started, time.perf_counter() - t0))
         return done
 
+    batcher = getattr(engine, "batcher", None)
+    before = dict(batcher.stats.row_counts) if batcher is not None else {}
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench-client") as pool:
         t0 = time.perf_counter()
         futures = [pool.submit(client, cid, t0) for cid in range(concurrency)]
@@ -153,8 +161,14 @@ def run_round(engine: Any, method: str, problems: Sequence[Problem], concurrency
     served.sort(key=lambda item: order[item[0].uid])
     requests = [Request(problem_row(problem, method, out), cid, started, finished)
                 for problem, out, cid, started, finished in served]
+    counts = None
+    if batcher is not None:  # this round's forwards only (the stats count since the engine began)
+        after = batcher.stats.row_counts
+        counts = {rows: n - before.get(rows, 0) for rows, n in sorted(after.items())
+                  if n > before.get(rows, 0)}
     return Round(method=method, concurrency=concurrency, uids=[p.uid for p in problems],
-                 wall_s=max(r.finished_s for r in requests), requests=requests)
+                 wall_s=max(r.finished_s for r in requests), requests=requests,
+                 row_counts=counts)
 
 
 def load_rounds(path: Path) -> list[Round]:
@@ -254,6 +268,7 @@ class LevelSummary:
     p50_vs_1: float | None = None
     p95_vs_1: float | None = None
     same_text_as_1: int | None = None
+    rows_per_forward: float | None = None  # batching: mean rows of the round's forwards
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -269,7 +284,9 @@ def summarize_round(found: Round) -> LevelSummary:
         tokens_per_s=tokens / found.wall_s if found.wall_s > 0 else 0.0,
         latency_p50_s=percentile(latencies, 50), latency_p95_s=percentile(latencies, 95),
         latency_mean_s=statistics.fmean(latencies),
-        n_correct=sum(r.row.correct for r in found.requests))
+        n_correct=sum(r.row.correct for r in found.requests),
+        rows_per_forward=(sum(rows * n for rows, n in found.row_counts.items())
+                          / sum(found.row_counts.values())) if found.row_counts else None)
 
 
 def summarize_rounds(rounds: Sequence[Round]) -> list[LevelSummary]:
@@ -297,7 +314,7 @@ def _ratio(num: float, den: float) -> float | None:
 def markdown_table(summaries: Sequence[LevelSummary]) -> str:
     """The level summaries as a GitHub markdown table (one row per method and level)."""
     head = ("| method | clients | requests | wall s | tokens | tok/s | tok/s vs N=1 | p50 s | p95 s | "
-            "p50 vs N=1 | p95 vs N=1 | correct | same text as N=1 |")
+            "p50 vs N=1 | p95 vs N=1 | correct | same text as N=1 | rows/forward |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for s in summaries:
         same = "–" if s.same_text_as_1 is None else f"{s.same_text_as_1}/{s.requests}"
@@ -305,7 +322,8 @@ def markdown_table(summaries: Sequence[LevelSummary]) -> str:
             f"| {s.method} | {s.concurrency} | {s.requests} | {s.wall_s:.2f} | {s.new_tokens} | "
             f"{s.tokens_per_s:.2f} | {fmt_cell(s.throughput_vs_1, '.2f', 'x')} | "
             f"{s.latency_p50_s:.2f} | {s.latency_p95_s:.2f} | {fmt_cell(s.p50_vs_1, '.2f', 'x')} | "
-            f"{fmt_cell(s.p95_vs_1, '.2f', 'x')} | {s.n_correct}/{s.requests} | {same} |")
+            f"{fmt_cell(s.p95_vs_1, '.2f', 'x')} | {s.n_correct}/{s.requests} | {same} | "
+            f"{fmt_cell(s.rows_per_forward, '.2f', '')} |")
     return "\n".join(lines) + "\n"
 
 

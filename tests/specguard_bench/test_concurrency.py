@@ -199,6 +199,11 @@ def test_cli_batching_builds_a_batching_engine(bench_pair_dirs: tuple[Path, Path
     summary = json.loads((out / SUMMARY).read_text())
     assert summary["environment"]["engine"]["engine_config"]["batching"] is True
     assert summary["settings"]["batching"] is True  # part of the fingerprint: never resumed
+    by_level = {lv["concurrency"]: lv["rows_per_forward"] for lv in summary["levels"]}
+    assert by_level[1] == 1.0 and by_level[2] > 1.0  # each round's own forwards
+    rounds = [json.loads(line) for line in (out / "concurrency.jsonl").read_text().splitlines()]
+    assert all(sum(r["row_counts"].values()) > 0 for r in rounds)
+    assert "rows/forward" in (out / "concurrency.md").read_text()
     capsys.readouterr()  # ... by a run without it
     assert main(["bench", "--concurrency", "2", "--out", str(out), *common]) == 2
     assert "batching" in capsys.readouterr().err
