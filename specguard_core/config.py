@@ -119,8 +119,9 @@ class SpecGuardConfig(BaseModel):
                                  "needs p >= typical_ratio * the target's top probability (0: "
                                  "Medusa's bound alone; 1: the target's argmax only)")
     check_tokens: int = Field(0, ge=0, le=256, description="target check while the draft writes "
-                              "(k=1, tau_accept=+inf, tau_reject=-inf, speculative fallback, an "
-                              "in-process target; else each written step is checked): check after every "
+                              "(k=1, tau_accept=+inf, tau_reject=-inf, speculative fallback, draft "
+                              "scoring, an in-process or served target of the draft's vocabulary, "
+                              "no forced tool call; else each written step is checked): check after every "
                               "check_tokens unchecked draft tokens and stop the draft at the first "
                               "refused one (0: check each step once it is written)")
     check_below: float = Field(0.0, ge=0.0, le=1.0, description="with check_tokens: also check right "
@@ -257,6 +258,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     "fast": dict(k=1, temperature=0.0, beta=1.0, verifier="auto", tau=0.87, fallback="speculative",
                  fallback_k=1),
 }
+
+
+DEFAULT_PRESET = "balanced"  # what the engine, the CLI and the adapters run when given no config
+
+
+def default_config() -> SpecGuardConfig:
+    """The configuration used when none is given: the `balanced` preset."""
+    return preset(DEFAULT_PRESET)
 
 
 def preset(name: str, **overrides: Any) -> SpecGuardConfig:

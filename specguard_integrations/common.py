@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from specguard_core.config import PRESETS, EngineConfig, SpecGuardConfig
+from specguard_core.config import PRESETS, EngineConfig, SpecGuardConfig, default_config
 from specguard_core.config import preset as make_preset
 from specguard_core.models.registry import resolve
 
@@ -97,7 +97,7 @@ def base_config(config: SpecGuardConfig | None, preset: str | None,
         return config
     if preset is not None:
         return make_preset(preset)
-    return engine_default or SpecGuardConfig()
+    return engine_default or default_config()
 
 
 def knob_overrides(knobs: Mapping[str, Any]) -> dict[str, Any]:

@@ -135,7 +135,8 @@ class ChatSpecGuard(BaseChatModel):
     """The target model (id, folder, `.gguf` or cached name); the engine's name if injected."""
     draft: str | None = None
     config: SpecGuardConfig | None = None
-    """Base configuration of every call; `preset` is the alternative (`"paper"` or `"fast"`)."""
+    """Base configuration of every call; `preset` is the alternative (`"paper"`, `"balanced"` or
+    `"fast"`); neither: the engine's own config (`balanced` unless it was given another)."""
     preset: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None

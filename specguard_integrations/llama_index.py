@@ -145,7 +145,8 @@ class SpecGuardLLM(FunctionCallingLLM):
     draft: str | None = Field(default=None, description="draft model (id, folder or .gguf)")
     target: str | None = Field(default=None, description="target model (id, folder or .gguf)")
     config: SpecGuardConfig | None = Field(default=None, description="base config of every call")
-    preset: str | None = Field(default=None, description="config preset (paper or fast)")
+    preset: str | None = Field(default=None, description="config preset (paper, balanced or "
+                               "fast); neither this nor config: the engine's own (balanced)")
     temperature: float | None = Field(default=None, ge=0.0)
     max_tokens: int | None = Field(default=None, ge=1, description="max tokens per answer")
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)

@@ -16,6 +16,7 @@ from typing import Any
 
 from specguard.cli.run import add_loader_flags, add_remote_flags, loader_options, remote_options
 from specguard_core.config import (
+    DEFAULT_PRESET,
     PRESETS,
     EngineConfig,
     NormBounds,
@@ -36,7 +37,7 @@ def add_serve_parser(sub: Any) -> None:
                        "/health (FastAPI + uvicorn; needs `pip install 'specguard[serve]'`).")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model (default %(default)s)")
     p.add_argument("--target", default=DEFAULT_TARGET, help="target model (default %(default)s)")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="fast")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET)
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="default config override, repeatable (k=4, tau=0.6); a request may "
                    "override these with its OpenAI fields or extra_body={'specguard': {...}}")
@@ -58,14 +59,15 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
                    help="concurrent requests share the models' forwards (EngineConfig(batching="
                    "True), README \"Batching\"); default: on, unless --trust-remote-code (a "
-                   "model's own code may ignore the padding masks batching needs); "
-                   "--no-batching: they take turns step by step, each equal to its serial run")
+                   "model's own code may ignore the padding masks batching needs) or this "
+                   "transformers cannot batch; --no-batching: they take turns step by step, "
+                   "each equal to its serial run")
     p.add_argument("--max-batch-rows", type=positive_int, default=None, metavar="N",
-                   help="with --batching: the most rows in one batched forward (default "
+                   help="the most rows in one batched forward (default "
                    f"{EngineConfig().max_batch_rows}; a k-candidate proposal brings k rows)")
     p.add_argument("--max-concurrent", type=int, default=None,
-                   help="requests run at once (default: 1, or with --batching the engine's "
-                   f"max_active_requests, {EngineConfig().max_active_requests})")
+                   help="requests run at once (default: the engine's max_active_requests, "
+                   f"{EngineConfig().max_active_requests}, when batching; 1 without)")
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests waiting for a slot; more get 503 (default %(default)s)")
     p.add_argument("--log-level", default="info",
@@ -130,8 +132,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     target_name = remote.get("target_model") or target
     batching = _batching(args)
     if args.max_batch_rows is not None and not batching:
-        print("error: --max-batch-rows bounds the batched forwards of batching; drop "
-              "--no-batching or --max-batch-rows", file=sys.stderr)
+        print("error: --max-batch-rows bounds batched forwards, and batching is off (see the "
+              "note above, or --no-batching); add --batching or drop --max-batch-rows",
+              file=sys.stderr)
         return 2
     engine_config = EngineConfig(batching=True, **(
         {"max_batch_rows": args.max_batch_rows} if args.max_batch_rows is not None else {})

@@ -6,8 +6,8 @@ context window eagerly, on a worker thread), wait for a slot, then iterate the e
 worker thread of its own (`iterate_in_thread`); the event loop only moves bytes. A client that
 leaves (mid-stream, or while queued) closes its `GenerationStream` and frees its slot.
 
-`slots.Slots` is the one seam for concurrency (`max_concurrent`; `specguard serve --batching`
-widens it to the batching engine's `max_active_requests`).
+`slots.Slots` is the one seam for concurrency (`max_concurrent`; `specguard serve`, which batches
+by default, widens it to the batching engine's `max_active_requests`).
 """
 
 from __future__ import annotations

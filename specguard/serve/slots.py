@@ -3,7 +3,7 @@ and the lease that frees a request's place however it ends.
 
 `Slots` is the one seam for concurrency: `max_concurrent` requests iterate the engine at once. An
 engine without batching serves one step at a time (a lock), so a wider slot count only queues on
-it; a batching engine (`specguard serve --batching`) runs them together.
+it; a batching engine (`specguard serve`'s default) runs them together.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ whole-step check; at the first refused token the draft stops. The verdicts are t
 check's (the same target rows, fed in pieces: equal in float32; bf16 rounding of the smaller passes
 can flip a borderline token). The watcher sees whole characters only, so a budget cut that drops an
 unfinished character never changes a verdict. A served target (`RemoteTarget`) grows its pass with
-one more request over the whole prefix (`try_more`; the server's prefix cache holds the rest).
+one more request over the whole prefix (`try_more`; vLLM re-encodes the context for a request with
+prompt_logprobs, so each growth costs the server a prefill).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig
+from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, default_config
 from specguard_core.engine import capture
 from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import (
@@ -73,7 +73,7 @@ class SpecGuardEngine:
         else:
             check_pair(draft_model, draft_tokenizer, target_model, target_tokenizer)
             self.target = self._handle(target_model, target_tokenizer)
-        self.config = config or SpecGuardConfig()
+        self.config = config or default_config()
         self.draft = self._handle(draft_model, draft_tokenizer)
         self.same_vocab = draft_tokenizer.get_vocab() == self.target.tokenizer.get_vocab()
         if not self.same_vocab and not self.engine_config.heterogeneous:

@@ -8,7 +8,7 @@ OpenAI-compatible API, always with token ids (never text), so both sides agree o
   anything that needs the whole distribution sees it renormalised over the top K (plus the token
   itself): typical acceptance's entropy, and sampling (top-K sampling of the target).
   `try_more` grows a pass (the check while the draft writes) with one more such request over
-  the whole prefix.
+  the whole prefix (a prefill on the server each time).
 - A rejected step (`write_step`) is one `/v1/completions` call with the committed ids, the step's
   token budget and `stop` at the step markers; its tokens are read back as ids and cut where the
   engine's own step rules end the step (`StepText`), continuing the call when a marker the
@@ -171,8 +171,8 @@ class RemoteTarget:
 
     def try_more(self, tpass: TentativePass, ids: list[int]) -> None:
         """Grow `tpass` by `ids` (`TentativePass.extend`): one request over the committed ids,
-        the pass's tokens and `ids` (the server's prefix cache holds the rest), whose rows for
-        `ids` replace the pass's last row."""
+        the pass's tokens and `ids` (the server re-encodes it all: vLLM skips its prefix cache
+        for prompt_logprobs), whose rows for `ids` replace the pass's last row."""
         if ids:
             rows = self._pass(tpass.state, tpass.state.ids + tpass.ids, ids)  # [T'+1, V]
             tpass.ids = tpass.ids + list(ids)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from specguard_core.config import EngineConfig, SpecGuardConfig
+from specguard_core.config import EngineConfig, SpecGuardConfig, default_config
 
 REMOTE_OPTIONS = ("target_model", "target_tokenizer", "target_timeout", "target_api_key",
                   "target_top_logprobs")
@@ -73,7 +73,7 @@ def load_remote_engine(cls: Any, draft: str, target_url: str, *, target_model: s
     from specguard_core.engine.remote import RemoteTarget  # torch: not at import (the CLI parsers)
     from specguard_core.models.loading import load_model
 
-    cfg = config or (make_preset(preset) if preset else SpecGuardConfig())
+    cfg = config or (make_preset(preset) if preset else default_config())
     options = draft_options(options)
     found = _local_tokenizer(target_tokenizer, strict=True) if target_tokenizer else None
     found = found or _local_tokenizer(target_model) or _local_tokenizer(draft)

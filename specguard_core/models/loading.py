@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 
-from specguard_core.config import EngineConfig, SpecGuardConfig
+from specguard_core.config import EngineConfig, SpecGuardConfig, default_config
 from specguard_core.config import preset as make_preset
 
 
@@ -164,7 +164,7 @@ def load_engine(cls: Any, draft: str, target: str, *, device: str = "auto",
     `target_device` and `draft_dtype` / `target_dtype` override `device` / `dtype` for one model
     (e.g. a float32 draft on the CPU beside a bfloat16 target on the GPU). Every device and dtype
     is checked before either model loads; a bad one is a ValueError naming the option."""
-    cfg = config or (make_preset(preset) if preset else SpecGuardConfig())
+    cfg = config or (make_preset(preset) if preset else default_config())
     placement = {role: per_model(role, device, dtype, own_device, own_dtype)
                  for role, own_device, own_dtype in (("draft", draft_device, draft_dtype),
                                                      ("target", target_device, target_dtype))}
