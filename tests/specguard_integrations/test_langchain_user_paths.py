@@ -187,6 +187,16 @@ def test_a_bad_per_model_option_fails_at_construction(option: dict[str, Any], ne
         ChatSpecGuard(draft="org/d", target="org/t", **option)
 
 
+def test_without_config_or_preset_the_adapters_run_balanced() -> None:
+    from specguard_core.config import preset
+    from specguard_integrations.common import base_config
+
+    assert base_config(None, None, None) == preset("balanced")  # no engine yet: the default
+    assert base_config(None, "fast", None) == preset("fast")
+    engine = scripted_engine(lambda p: "Hi.", config=CFG)
+    assert ChatSpecGuard(engine=engine)._config(engine, {}) == CFG  # else the engine's own
+
+
 def test_preset_applies_to_an_injected_engine_too() -> None:
     engine = scripted_engine(lambda p: "Hi.", config=CFG)
     assert ChatSpecGuard(engine=engine, preset="paper")._config(engine, {}).k == 16

@@ -132,6 +132,7 @@ def test_serve_batches_by_default_and_the_flag_builds_the_engine_with_its_slots(
             main(["serve", "--port", "0", *argv])
         cfg = seen["engine_config"]
         assert (cfg is not None and cfg.batching) == batching
+        assert seen["config"].check_tokens == 16 and seen["config"].k == 1  # balanced, the default
         assert seen["settings"].max_concurrent == slots
         if batching:
             assert cfg.max_batch_rows == (48 if "--max-batch-rows" in argv else 16)

@@ -223,6 +223,13 @@ def test_mismatched_vocabularies(tmp_path: Path, tiny_pair: tuple[Any, Any, Any,
     assert result.usage.completion_tokens >= 20
 
 
+def test_balanced_is_the_default_wherever_no_config_is_given(tiny_pair: Any) -> None:
+    from specguard_core.config import DEFAULT_PRESET, default_config, preset
+
+    assert DEFAULT_PRESET == "balanced" and default_config() == preset("balanced")
+    assert SpecGuardEngine(*tiny_pair).config == preset("balanced")
+
+
 def test_bad_config_values() -> None:
     with pytest.raises(ValueError):
         SpecGuardConfig(k=0)
