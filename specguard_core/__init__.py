@@ -23,7 +23,7 @@ _EXPORTS = {
     "GenerationStream": "specguard_core.engine.stream",
     "SpecGuardEngine": "specguard_core.engine.loop",
     "RemoteTarget": "specguard_core.engine.remote",
-    "RemoteTargetError": "specguard_core.engine.remote",
+    "RemoteTargetError": "specguard_core.engine.remote_http",
 }
 __all__ = [
     "EngineConfig",
@@ -42,7 +42,8 @@ __all__ = [
 if TYPE_CHECKING:
     from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, preset
     from specguard_core.engine.loop import SpecGuardEngine
-    from specguard_core.engine.remote import RemoteTarget, RemoteTargetError
+    from specguard_core.engine.remote import RemoteTarget
+    from specguard_core.engine.remote_http import RemoteTargetError
     from specguard_core.engine.stream import GenerationStream
     from specguard_core.types import GenerationResult, StepRecord, ToolCall
 

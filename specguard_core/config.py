@@ -136,6 +136,10 @@ class SpecGuardConfig(BaseModel):
     sd_confidence: float = Field(0.0, ge=0.0, le=1.0, description="speculative fallback: the draft "
                                  "ends its run after a token it gives less than this probability "
                                  "(transformers' assistant_confidence_threshold; 0: never)")
+    sd_run_confidence: float = Field(0.0, ge=0.0, le=1.0, description="speculative fallback: the "
+                                     "draft also ends its run when the product of its "
+                                     "probabilities of the run's tokens (its own estimate that the "
+                                     "target keeps the whole run) falls below this (0: never)")
     # stop
     max_new_tokens: int = Field(512, ge=1)
     max_steps: int = Field(64, ge=1)

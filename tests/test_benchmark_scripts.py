@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ def _load(name: str) -> Any:
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -36,3 +38,20 @@ def test_token_costs_split_a_method_by_where_its_tokens_came_from() -> None:
     assert table["sg: draft-written, kept"] == dict(tokens=50, seconds=10.0)
     assert table["sg: fallback"] == dict(tokens=30, seconds=9.5)
     assert table["sg"] == dict(tokens=80, seconds=20.0) and table["draft_wasted_per_problem"] == 7
+
+
+def test_sd_run_policies_replay_counts_drafts_and_passes() -> None:
+    sd = _load("sd_run_policies")
+    # adaptive, first run 5: drafts positions 0-4, the target keeps 0-1 and writes 2 itself; the
+    # next run (4 long) reaches the end of the text after 2 tokens, both kept
+    assert sd.replay([True, True, False, True, True], [0.9] * 5, sd.Rule("a")) == (7, 2)
+    # the run's probability product: 0.9^4 = 0.66 < 0.7 ends each run after 4 tokens, all kept,
+    # so each pass commits 5 tokens
+    assert sd.replay([True] * 20, [0.9] * 20, sd.Rule("c", run_confidence=0.7)) == (16, 4)
+    # transformers' rule: a run ends at a token below its threshold (0.4 here, before any refit):
+    # positions 0-1 drafted and kept, the target writes 2, the next run drafts 3-5
+    assert sd.replay([True] * 6, [0.9, 0.3, 0.9, 0.9, 0.9, 0.9],
+                     sd.Rule("hf", kind="hf", start=20, confidence=0.4)) == (5, 2)
+    c = sd.cost([{"match": [True] * 20, "pmax": [0.9] * 20}],
+                sd.Rule("c", run_confidence=0.7), draft_s=0.1, target_s=0.3)
+    assert abs(c["s_per_problem"] - (16 * 0.1 + 4 * 0.3)) < 1e-9 and c["wasted_per_problem"] == 0

@@ -25,6 +25,7 @@ CORE_LAYERS = {
     "specguard_core.engine.formats": 2, "specguard_core.engine.sampling": 2,
     "specguard_core.engine.turns": 2,
     "specguard_core.engine.capture": 3, "specguard_core.engine.handle": 3,
+    "specguard_core.engine.remote_http": 3,
     "specguard_core.engine.batch": 4,
     "specguard_core.engine.scheduler": 5, "specguard_core.engine.rounds": 5,
     "specguard_core.engine.proposer": 4, "specguard_core.engine.selector": 4,
@@ -33,6 +34,7 @@ CORE_LAYERS = {
     "specguard_core.engine.remote": 4, "specguard_core.engine.remote_load": 5,
     "specguard_core.engine.request": 5, "specguard_core.engine.fallback": 5,
     "specguard_core.engine.stream": 5, "specguard_core.engine.check": 5,
+    "specguard_core.engine.judge": 5,
     "specguard_core.engine.loop": 6, "specguard_core.engine.aio": 6,
     "specguard_core.engine": 7,  # the package's lazy re-exports
     "specguard_core.testing": 8,

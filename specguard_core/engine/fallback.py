@@ -8,7 +8,10 @@
   from its persistent cache and the target verifies them in one pass, until the step ends. The run
   length adapts as transformers' assisted generation does (+2 when all were kept, -1 otherwise),
   and with `sd_confidence` a run also ends after a token the draft gives less than that probability
-  (transformers' `assistant_confidence_threshold`).
+  (transformers' `assistant_confidence_threshold`); with `sd_run_confidence`, once the product of
+  the draft's probabilities of the run's tokens (its estimate that the target keeps the whole run)
+  falls below that value: a cheap-to-draft, costly-to-verify pair wastes fewer draft tokens on runs
+  the target will cut (SpecDec++'s stopping rule with the draft's own probabilities).
   Greedy with `fallback_acceptance="typical"`, a drafted token is also kept when it passes the
   target check's typical acceptance (the same rule as `target-checked` steps; not the target's
   greedy text any more).
@@ -177,6 +180,8 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
     rows: list[torch.Tensor] = []
     lps: list[float | None] = []
     shaping = Shaping.of(req.cfg)
+    run_logp = 0.0  # log of the product of the draft's probabilities of the run's tokens
+    floor = math.log(req.cfg.sd_run_confidence) if req.cfg.sd_run_confidence > 0 else -math.inf
     for j in range(max(1, g)):
         raw = draft.next_logits(state)  # [V]
         logits = shaping.penalise(raw[None], shaping.history(state.ids, 1, draft.device))[0]
@@ -189,7 +194,9 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
         probs.append(p)
         rows.append(logits)
         lps.append(logp)
-        if int(t) in draft.eos_ids or j == g - 1 or math.exp(logp) < req.cfg.sd_confidence:
-            break  # a token the draft doubts is likely refused: let the target judge the run now
+        run_logp += logp
+        if int(t) in draft.eos_ids or j == g - 1 or math.exp(logp) < req.cfg.sd_confidence \
+                or run_logp < floor:
+            break  # a token (or run) the draft doubts is likely refused: let the target judge now
         draft.extend(state, [int(t)])
     return toks, probs, rows, lps

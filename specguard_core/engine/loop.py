@@ -1,9 +1,10 @@
 """SpecGuardEngine: step-level speculative reasoning with model-internal verification.
 
-`_steps` is the algorithm, top to bottom: propose (draft, k candidates as one batch over a forked
+`_step` is the algorithm, top to bottom: propose (draft, k candidates as one batch over a forked
 cache), select (soft medoid), score and route (keep / target check / reject), then keep the draft's
 step or fall back (`fallback.py`: the target verifies and finishes it, or regenerates it), commit.
-Loading lives in `loading.py`, per-request bookkeeping in `request.py`.
+Loading lives in `loading.py`, per-request bookkeeping in `request.py`, how a step is scored and
+target-checked in `judge.py`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from typing import Any
 import torch
 
 from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, default_config
-from specguard_core.engine import capture
-from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import (
     InputError,
     Message,
@@ -34,11 +33,10 @@ from specguard_core.engine.check import GrowingCheck
 from specguard_core.engine.fallback import generated, regenerate, speculate
 from specguard_core.engine.formats import ResponseFormat
 from specguard_core.engine.handle import ModelHandle, TentativePass
-from specguard_core.engine.probe import Cards
-from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, propose
+from specguard_core.engine.judge import Judge
+from specguard_core.engine.proposer import Proposal, propose
 from specguard_core.engine.remote import check_served_target
 from specguard_core.engine.request import Phases, Request, Step
-from specguard_core.engine.sampling import Shaping
 from specguard_core.engine.scheduler import Batcher, BatchingHandle
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.signals import percentile_bounds
@@ -47,7 +45,7 @@ from specguard_core.engine.steps import StepRules, step_kind
 from specguard_core.engine.stream import GenerationStream
 from specguard_core.engine.target import Target
 from specguard_core.engine.turns import Turns
-from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
+from specguard_core.engine.verifier import Verdict
 from specguard_core.models.loading import check_pair, check_vocab
 from specguard_core.types import Cancelled, GenerationResult, StepKind, StepPath, StepRecord
 
@@ -83,7 +81,7 @@ class SpecGuardEngine:
         self.model_name = name or f"specguard:{self.draft.name}+{self.target.name}"
         self._turns = Turns()
         self._selectors: dict[tuple[str, str | None], Selector] = {}
-        self._cards = Cards()
+        self.judge = Judge(self.draft, self.target, self.same_vocab)
 
     @classmethod
     def from_pretrained(cls, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
@@ -162,7 +160,7 @@ class SpecGuardEngine:
         cfg = (config or self.config).merged(**overrides)
         if not isinstance(self.target, ModelHandle):
             check_served_target(cfg)
-        cfg = self._resolve_verifier(cfg)
+        cfg = self.judge.resolve_verifier(cfg)
         try:
             fmt = ResponseFormat.of(response_format)
         except ValueError as err:
@@ -253,7 +251,7 @@ class SpecGuardEngine:
             self.draft.catch_up(req.draft)
         growing = GrowingCheck.of(self.target, req, self.same_vocab)
         with timed("propose"):
-            proposal = propose(self.draft, req.draft, self._draft_spec(req, selector),
+            proposal = propose(self.draft, req.draft, self.judge.draft_spec(req, selector),
                                req.generator, check=req.check, watch=growing)
         if growing is not None:  # its passes ran inside the proposal
             timed.move(growing.seconds, "propose", "target_check")
@@ -262,7 +260,7 @@ class SpecGuardEngine:
         draft_step = proposal.candidates[pick]
         kind = step_kind(draft_step.text, req.in_think, req.rules)
         with timed("score"):
-            verdict, tpass = self._score(req, draft_step, kind[0])
+            verdict, tpass = self.judge.score(req, draft_step, kind[0])
         path: StepPath | None = "kept" if verdict.route == "keep" else None
         passed = judged = 0  # leading draft tokens the target's check passed
         if growing is not None:  # the target judged the step as the draft wrote it
@@ -272,8 +270,8 @@ class SpecGuardEngine:
                 verdict = replace(verdict, route="check")
         if verdict.route == "check":
             with timed("target_check"):
-                tpass = tpass or self._target_pass(req, draft_step)
-                checked = self._checked_ids(draft_step, tpass)
+                tpass = tpass or self.judge.target_pass(req, draft_step)
+                checked = self.judge.checked_ids(draft_step, tpass)
                 passed = judged if growing is not None else checked_prefix(
                     tpass.logits, checked, cfg, req.target.ids)
                 if passed == len(checked) and draft_step.end != "refused":
@@ -287,66 +285,6 @@ class SpecGuardEngine:
                 step = self._fall_back(req, proposal, pick, selector, tpass, passed)
         return req.commit(step, verdict, timed, draft_step.text)
 
-    def _draft_spec(self, req: Request, selector: Selector) -> SampleSpec:
-        cfg = req.cfg
-        return SampleSpec(cfg.k, cfg.temperature, cfg.top_p, req.budget(req.draft), req.rules,
-                          self._capture_layers(self.draft, cfg), cfg.sparsify_threshold,
-                          hidden=cfg.k > 1 and selector.mode == "hidden",
-                          pool_layers=self._pool_layers(self.draft, cfg)
-                          if cfg.scoring_model == "draft" else (), shaping=Shaping.of(cfg))
-
-    def _score(self, req: Request, cand: Candidate, kind: StepKind
-               ) -> tuple[Verdict, TentativePass | None]:
-        """The verdict on the selected draft step, and the target's pass over it when the target
-        scored it (tentative: kept or discarded by what follows)."""
-        reason, call = structural_check(cand.text, kind, req.tools, req.required,
-                                        self.target.tokenizer, req.response_format,
-                                        req.answer_text(), cand.end == "eos")
-        tpass = None
-        if req.cfg.scoring_model == "target":
-            target = self.target
-            assert isinstance(target, ModelHandle)  # checked in `stream`
-            layers = self._capture_layers(target, req.cfg)
-            recorder = AttentionRecorder(layers) if layers else None
-            tpass = self._target_pass(req, cand, recorder,
-                                      hidden=bool(self._pool_layers(target, req.cfg)))
-            scores = target_scores(tpass, recorder, req.cfg, self._pool_layers(target, req.cfg))
-        else:
-            scores = draft_scores(cand, req.cfg)
-        return verify(scores, req.cfg, reason, call, tool_call=kind == "tool_call"), tpass
-
-    def _target_pass(self, req: Request, cand: Candidate,
-                     recorder: AttentionRecorder | None = None, hidden: bool = False
-                     ) -> TentativePass:
-        """The target's one pass over the draft step (its pending tokens fed first)."""
-        ids = self._convert(cand.fed, self.draft, self.target)
-        return self.target.try_tokens(req.target, ids, recorder=recorder, hidden=hidden)
-
-    def _checked_ids(self, cand: Candidate, tpass: TentativePass) -> list[int]:
-        """The tokens the target check judges: the step's, its final EOS included (same vocab)."""
-        return cand.token_ids if self.same_vocab else tpass.ids
-
-    def _capture_layers(self, handle: ModelHandle, cfg: SpecGuardConfig) -> frozenset[int] | None:
-        """Layers whose attention rows feed grounding; None (no capture) when nothing reads it:
-        beta == 1 gives it no weight in the paper's ensemble (also how to measure what capture
-        costs), and a verifier card reads it only when it lists the feature."""
-        if cfg.beta >= 1 or not self._cards.reads_grounding(cfg.verifier):
-            return None
-        return capture.last_layers(handle.model, cfg.grounding_layers)
-
-    def _resolve_verifier(self, cfg: SpecGuardConfig) -> SpecGuardConfig:
-        """`verifier="auto"` becomes the card shipped for the scoring model (`specguard_core/
-        verifiers/`, matched by fingerprint) when there is one, else "paper"; the request's
-        config, and so its result, names what was used."""
-        handle = self.target if cfg.scoring_model == "target" else self.draft
-        assert isinstance(handle, ModelHandle)  # stream() refuses target scoring when served
-        return cfg.merged(verifier=self._cards.resolve(cfg.verifier, handle.model,
-                                                       handle.tokenizer))
-
-    def _pool_layers(self, handle: ModelHandle, cfg: SpecGuardConfig) -> tuple[int, ...]:
-        """Hidden layers the configured card reads from `handle`; () for the paper's verifier."""
-        return self._cards.pool_layers(cfg.verifier, handle.model, handle.tokenizer)
-
     def _keep(self, req: Request, proposal: Proposal, pick: int, tpass: TentativePass | None,
               verdict: Verdict, kind: tuple[StepKind, bool], path: StepPath) -> Step:
         """Commit the draft's step in both caches (the target's pass, when there was one, already
@@ -356,7 +294,7 @@ class SpecGuardEngine:
         if tpass is not None:
             tpass.keep(len(tpass.ids))
         else:
-            req.target.pending += self._convert(cand.fed, self.draft, self.target)
+            req.target.pending += self.judge.convert(cand.fed, self.draft, self.target)
         return Step(cand.token_ids, cand.text, "draft", cand.end == "eos", len(proposal.candidates),
                     verdict.tool_call, path=path, kind=kind, draft_written=len(cand.token_ids),
                     draft_generated=generated(proposal), token_logprobs=list(cand.logprobs))
@@ -368,20 +306,17 @@ class SpecGuardEngine:
         regenerates the step."""
         forced = req.required is not None and not req.in_think
         if req.cfg.fallback == "speculative" and self.same_vocab and not forced:
-            tpass = tpass or self._target_pass(req, proposal.candidates[pick])
+            tpass = tpass or self.judge.target_pass(req, proposal.candidates[pick])
             return speculate(self.draft, self.target, req, proposal, pick, tpass, passed)
         if tpass is not None:
             tpass.discard()
-        return regenerate(self.draft, self.target, req, proposal, selector, self._convert)
+        return regenerate(self.draft, self.target, req, proposal, selector, self.judge.convert)
 
     # ---- helpers ---------------------------------------------------------------------------
     def _handle(self, model: Any, tokenizer: Any) -> ModelHandle:
         if self.batcher is None:
             return ModelHandle(model, tokenizer)
         return BatchingHandle(model, tokenizer, self.batcher)
-
-    def _convert(self, ids: list[int], src: Target, dst: Target) -> list[int]:
-        return ids if self.same_vocab else dst.encode(src.decode(ids))
 
     def _prompt(self, handle: Target, messages: list[Message],
                 tools: list[dict[str, Any]]) -> list[int]:

@@ -16,11 +16,10 @@ OpenAI-compatible API, always with token ids (never text), so both sides agree o
 - The "cache" is the committed ids: `keep`/`discard`/`rollback` only move that list; the server's
   automatic prefix caching does the rest.
 
-A request counts as one forward call of the target. While it waits for the answer, the engine's
-other requests run their steps (`turns.waiting_io`), so concurrent requests reach the server
-together and it batches them. Errors name the server and say what to do:
-`RemoteTargetError` for an unreachable server, a timeout, an HTTP error (with the server's
-message), an unexpected answer, or a server that serves another model or tokenizer.
+A request counts as one forward call of the target. The HTTP side (`remote_http.ServerClient`)
+lends the engine to its other requests while it waits, so concurrent requests reach the server
+together and it batches them. Errors name the server and say what to do (`RemoteTargetError`),
+here for a server that serves another model or tokenizer.
 """
 
 from __future__ import annotations
@@ -36,15 +35,11 @@ from specguard_core.engine.capture import AttentionRecorder
 from specguard_core.engine.chat import InputError
 from specguard_core.engine.handle import CacheState, TentativePass
 from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, StepText
-from specguard_core.engine.turns import waiting_io
+from specguard_core.engine.remote_http import RemoteTargetError, ServerClient
 
 NEG = -1.0e4  # the logit of a token outside the server's top K (finite: entropy stays a number)
 PROBE = ("SpecGuard tokenizer probe: Hello, world! 3.14159 == pi; naïve café, 数学, 🙂\n\n"
          "def f(x):\n    return x ** 2  # done\n")
-# sampling settings a server would otherwise take from the model's generation_config.json
-# (top_k=-1: "disabled" in every vLLM release; newer ones also take 0)
-_PLAIN = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
-          "top_k": -1, "min_p": 0.0}
 
 
 def check_served_target(cfg: SpecGuardConfig) -> None:
@@ -63,11 +58,6 @@ def check_served_target(cfg: SpecGuardConfig) -> None:
                          "or 'greedy', fallback_k=1, or selector='sentence-transformer'")
 
 
-class RemoteTargetError(ConnectionError):
-    """The target server could not be used; the message names the server and what to do. (A
-    ConnectionError, so an OSError: the CLI prints it as one line.)"""
-
-
 class RemoteTarget:
     """A target model served by vLLM at `url` (`http://HOST:PORT/v1`) under the name `model`.
 
@@ -84,8 +74,9 @@ class RemoteTarget:
                              "http://127.0.0.1:8000/v1")
         if not timeout_s > 0 or top_logprobs < 1:
             raise ValueError("timeout_s must be > 0 and top_logprobs >= 1")
-        self.url = url.rstrip("/")
-        self.root = self.url.removesuffix("/v1")  # vLLM serves /tokenize beside /v1
+        self.http = ServerClient(url, model, timeout_s=timeout_s, api_key=api_key,
+                                 transport=transport)
+        self.url = self.http.url
         self.model_name = model
         self.name = f"{model}@{self.url}"
         self.tokenizer = tokenizer
@@ -94,10 +85,7 @@ class RemoteTarget:
         self.eos_ids = frozenset(int(e) for e in eos if e is not None)
         self.vocab_size = max(int(vocab_size or 0), len(tokenizer))
         self.top_logprobs = int(top_logprobs)
-        self.timeout_s = float(timeout_s)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-                                    headers=headers, transport=transport)
+        self.timeout_s = self.http.timeout_s
 
     @classmethod
     def connect(cls, url: str, model: str | None, tokenizer: Any, **kwargs: Any) -> RemoteTarget:
@@ -115,8 +103,7 @@ class RemoteTarget:
 
     def _check_model(self, model: str | None) -> None:
         """Take `model` (or the one model served) and its `max_model_len` from `/v1/models`."""
-        listed = self._request("GET", f"{self.url}/models", None, "list its models")
-        served = {str(m.get("id")): m for m in listed.get("data", []) if isinstance(m, dict)}
+        served = self.http.models()
         if model is None and len(served) == 1:
             model = next(iter(served))
         if model not in served:
@@ -124,6 +111,7 @@ class RemoteTarget:
                                     f"{model!r}; pass target_model= (CLI: --target-model) with "
                                     "one of those names")
         self.model_name, self.name = model, f"{model}@{self.url}"
+        self.http.model = model
         window = served[model].get("max_model_len")
         self.context_window = int(window) if isinstance(window, int) else \
             int(getattr(self.tokenizer, "model_max_length", 0) or 0)
@@ -131,9 +119,7 @@ class RemoteTarget:
     def check_tokenizer(self) -> None:
         """Raise RemoteTargetError if the server tokenizes `PROBE` differently from the local
         tokenizer (it serves another model family or tokenizer)."""
-        answer = self._post(f"{self.root}/tokenize", {"prompt": PROBE, "add_special_tokens": False},
-                            "tokenize the probe")
-        theirs, ours = answer.get("tokens"), self.encode(PROBE)
+        theirs, ours = self.http.tokenize(PROBE), self.encode(PROBE)
         if theirs != ours:
             raise RemoteTargetError(
                 f"the server at {self.url} serves {self.model_name!r} with another tokenizer than "
@@ -186,7 +172,7 @@ class RemoteTarget:
                 "logprobs": self.top_logprobs, "return_tokens_as_token_ids": True}
         if ids:
             body["prompt_logprobs"] = self.top_logprobs
-        choice = self._complete(body, "verify tokens")[0]
+        choice = self.http.complete(body, "verify tokens")[0]
         state.counters.forward_calls += 1
         state.counters.tentative += len(ids)
         logits = torch.full((len(ids) + 1, self.vocab_size), NEG)  # [T+1, V]
@@ -198,7 +184,7 @@ class RemoteTarget:
             top = choice["logprobs"]["top_logprobs"][0]
             self._fill(logits[len(ids)], {_token_id(k): v for k, v in top.items()})
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
-            raise self._unexpected("verify tokens", err) from None
+            raise self.http.unexpected("verify tokens", err) from None
         return logits
 
     def commit_row(self, state: CacheState, row: int, new_ids: list[int],
@@ -281,7 +267,7 @@ class RemoteTarget:
             "min_p": spec.shaping.min_p}
         if spec.temperature > 0:
             body["seed"] = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
-        choices = self._complete(body, "write a step")
+        choices = self.http.complete(body, "write a step")
         state.counters.forward_calls += 1
         out = []
         try:
@@ -294,53 +280,10 @@ class RemoteTarget:
                 state.counters.decoded += len(ids)
                 out.append((ids, lps, not stopped_on_text))
         except (KeyError, TypeError, ValueError, AttributeError) as err:
-            raise self._unexpected("write a step", err) from None
+            raise self.http.unexpected("write a step", err) from None
         if len(out) != n:
-            raise self._unexpected("write a step", ValueError(f"{len(out)} choices, not {n}"))
+            raise self.http.unexpected("write a step", ValueError(f"{len(out)} choices, not {n}"))
         return out
-
-    # ---- HTTP ---------------------------------------------------------------------------
-    def _complete(self, body: dict[str, Any], what: str) -> list[dict[str, Any]]:
-        answer = self._post(f"{self.url}/completions", {**_PLAIN, **body}, what)
-        choices = answer.get("choices")
-        if not isinstance(choices, list) or not choices:
-            raise self._unexpected(what, ValueError("no choices"))
-        return choices
-
-    def _post(self, url: str, body: dict[str, Any], what: str) -> dict[str, Any]:
-        return self._request("POST", url, {"model": self.model_name, **body}, what)
-
-    def _request(self, method: str, url: str, body: dict[str, Any] | None, what: str
-                 ) -> dict[str, Any]:
-        try:
-            with waiting_io():  # the engine's other requests run their steps meanwhile
-                response = self._client.request(method, url, json=body)
-        except httpx.TimeoutException:
-            raise RemoteTargetError(
-                f"the target server at {self.url} did not answer within {self.timeout_s:g}s "
-                f"(asked to {what}); it may be overloaded or still starting: retry, or raise "
-                "target_timeout= (CLI: --target-timeout)") from None
-        except httpx.TransportError as err:
-            raise RemoteTargetError(
-                f"cannot reach the target server at {self.url} ({err or type(err).__name__}); "
-                "is vLLM running there? Start one with `scripts/vllm_target.sh serve` or "
-                "`vllm serve MODEL`, or fix the URL (http://HOST:PORT/v1)") from None
-        if response.status_code >= 400:
-            raise RemoteTargetError(f"the target server at {self.url} answered HTTP "
-                                    f"{response.status_code} when asked to {what}: "
-                                    f"{_server_message(response)}")
-        try:
-            answer = response.json()
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
-            raise self._unexpected(what, ValueError("not a JSON object"))
-        return answer
-
-    def _unexpected(self, what: str, err: Exception) -> RemoteTargetError:
-        return RemoteTargetError(f"the target server at {self.url} gave an unexpected answer when "
-                                 f"asked to {what} ({type(err).__name__}: {err}); is it vLLM "
-                                 "(>= 0.6, with prompt_logprobs and return_tokens_as_token_ids)?")
 
     def _fill(self, row: torch.Tensor, logprobs: dict[int, Any]) -> None:
         """Write the server's log-probs into one logits row `[V]` (ids outside V are refused)."""
@@ -351,7 +294,7 @@ class RemoteTarget:
         row[torch.tensor(ids, dtype=torch.long)] = values
 
     def close(self) -> None:
-        self._client.close()
+        self.http.close()
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -369,18 +312,4 @@ def _token_id(token: object) -> int:
     if not text.startswith("token_id:"):
         raise ValueError(f"token {text[:40]!r} is not an id (return_tokens_as_token_ids ignored)")
     return int(text.removeprefix("token_id:"))
-
-
-def _server_message(response: httpx.Response) -> str:
-    """The error message in the server's JSON (vLLM's and OpenAI's shapes), else its text."""
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:500] or response.reason_phrase
-    if isinstance(body, dict):
-        err = body.get("error")
-        message = err.get("message") if isinstance(err, dict) else body.get("message") or err
-        if message:
-            return str(message)[:500]
-    return str(body)[:500]
 

@@ -226,3 +226,19 @@ def test_a_confidence_stop_keeps_the_fallback_exact(engine: SpecGuardEngine) -> 
     assert passes[1] > passes[0]
     wasted = [sum(s.draft_wasted for s in runs[c].steps) for c in (0.0, 1.0)]
     assert wasted[1] < wasted[0]
+
+
+def test_a_run_confidence_stop_keeps_the_fallback_exact(engine: SpecGuardEngine) -> None:
+    """sd_run_confidence ends a draft run once the product of the draft's probabilities of its
+    tokens falls below it: the output is still the target's greedy text; at 1.0 every run is one
+    token (more, shorter target passes, fewer wasted draft tokens), and at 0 nothing changes."""
+    target = reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
+    runs = {c: engine.generate(QUESTION, tau=math.inf, sd_run_confidence=c)
+            for c in (0.0, 0.3, 1.0)}
+    assert all(all_ids(r) == target for r in runs.values())
+    plain = engine.generate(QUESTION, tau=math.inf)
+    assert runs[0.0].stats.target_forward_passes == plain.stats.target_forward_passes
+    passes = [runs[c].stats.target_forward_passes for c in (0.0, 1.0)]
+    assert passes[1] > passes[0]
+    wasted = [sum(s.draft_wasted for s in runs[c].steps) for c in (0.0, 1.0)]
+    assert wasted[1] < wasted[0]

@@ -1,0 +1,190 @@
+"""Replay greedy token-level speculative decoding over a run's target texts, for any draft-run rule.
+
+Greedy speculative decoding's cost on a text is fixed by two things per position: whether the
+draft's argmax equals the target's token (the target's greedy text is its own argmax), and the
+draft's probability of its argmax (what a run-stopping rule sees). One teacher-forced draft forward
+over each target text gives both (`trace`); `replay` then counts, for a rule, the draft tokens and
+target passes it would take, and charges them the measured seconds per draft token and per target
+pass. (After a refused token the real draft continues from its own text; its probabilities there
+are approximated by the teacher-forced ones: this only moves where a wasted run ends.)
+
+    # 1. the trace: the draft's view of the `target` texts of a per-problem run (a few minutes)
+    python benchmarks/sd_run_policies.py trace benchmarks/results/cascade-gsm8k-cpu1core-run3 \
+        --out benchmarks/results/sd-run-policies/gsm8k-0-29.trace.json
+    # 2. the rules, costed (seconds per draft token and per target pass from the same run:
+    #    benchmarks/token_costs.py gives the draft's and the target's seconds per token)
+    python benchmarks/sd_run_policies.py replay benchmarks/results/sd-run-policies/gsm8k-0-29.trace.json \
+        --draft-s 0.130 --target-s 0.330
+
+Rules: `hf` = transformers' assisted generation (20 tokens, the draft's confidence threshold 0.4,
+refitted after every pass on the ROC of (probability, kept) with cost fpr + 3 fnr); `adaptive` =
+SpecGuard's fallback (`sd_draft_tokens` 5, +2 when all kept, -1 otherwise, up to
+`sd_max_draft_tokens`), optionally with `sd_confidence` (one token below p) or `sd_run_confidence`
+(the product of the run's probabilities below p).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Rule:
+    """How long a draft run is. `kind`: "adaptive" (SpecGuard's fallback) or "hf"."""
+
+    name: str
+    kind: str = "adaptive"
+    start: int = 5  # adaptive: first run length; hf: the fixed run length
+    cap: int = 16
+    confidence: float = 0.0  # end the run after a token below this probability
+    run_confidence: float = 0.0  # end the run once the product of its probabilities is below this
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self.state = {"g": self.start, "thr": self.confidence, "probs": [], "kept": []}
+
+    def stop(self, probs: list[float]) -> bool:
+        """After drafting `probs` (the run so far): end the run here?"""
+        s = self.state
+        if self.kind == "hf":
+            return len(probs) >= self.start or probs[-1] < s["thr"]
+        return (len(probs) >= s["g"] or probs[-1] < self.confidence
+                or (self.run_confidence > 0 and math.prod(probs) < self.run_confidence))
+
+    def update(self, probs: list[float], kept: int) -> None:
+        """After the target's pass kept `kept` of the run's `len(probs)` tokens."""
+        s = self.state
+        if self.kind == "adaptive":
+            s["g"] = min(self.cap, s["g"] + 2) if kept == len(probs) else max(1, s["g"] - 1)
+            return
+        if not self.confidence:
+            return
+        from sklearn.metrics import roc_curve  # as transformers' AssistedCandidateGenerator
+
+        s["probs"] += probs
+        s["kept"] += [1] * kept + ([0] if kept < len(probs) else [])
+        del s["probs"][len(s["kept"]):]
+        if len(s["probs"]) > 5 and {0, 1} <= set(s["kept"]):
+            fpr, tpr, thresholds = roc_curve(s["kept"], s["probs"])
+            s["thr"] = float(thresholds[int(np.argmin(fpr + 3 * (1 - tpr)))])
+
+
+def replay(match: Sequence[bool], pmax: Sequence[float], rule: Rule) -> tuple[int, int]:
+    """(draft tokens drafted, target passes) for greedy speculative decoding of one text whose
+    position i has the draft's argmax equal to the target's token `match[i]`, with probability
+    `pmax[i]`. Each pass commits the kept draft tokens and the target's own next token."""
+    rule.reset()
+    n, i, drafted, passes = len(match), 0, 0, 0
+    while i < n:
+        probs: list[float] = []
+        kept, ok = 0, True
+        while i + len(probs) < n:
+            j = i + len(probs)
+            probs.append(pmax[j])
+            ok = ok and bool(match[j])
+            kept += ok
+            if rule.stop(probs):
+                break
+        drafted += len(probs)
+        passes += 1
+        rule.update(probs, kept)
+        i += kept + 1
+    return drafted, passes
+
+
+def cost(traces: list[dict[str, Any]], rule: Rule, draft_s: float, target_s: float
+         ) -> dict[str, float]:
+    """Seconds per problem and per token, and the counts behind them, over `traces`."""
+    drafted = passes = tokens = 0
+    for tr in traces:
+        d, p = replay(tr["match"], tr["pmax"], rule)
+        drafted, passes, tokens = drafted + d, passes + p, tokens + len(tr["match"])
+    seconds = drafted * draft_s + passes * target_s
+    n = len(traces)
+    return {"s_per_problem": seconds / n, "s_per_token": seconds / tokens,
+            "tokens_per_pass": tokens / passes, "wasted_per_problem": (drafted - tokens + passes) / n}
+
+
+RULES = [
+    Rule("hf: transformers' assisted generation", kind="hf", start=20, confidence=0.4),
+    Rule("adaptive (SpecGuard's fallback today)"),
+    Rule("adaptive + sd_confidence 0.4", confidence=0.4),
+    *[Rule(f"adaptive, cap 32 + sd_run_confidence {c}", cap=32, run_confidence=c)
+      for c in (0.3, 0.5, 0.6, 0.7, 0.8)],
+    *[Rule(f"adaptive + sd_run_confidence {c}", run_confidence=c) for c in (0.5, 0.7)],
+]
+
+
+def trace(run_dir: Path, out: Path, model: str | None, dtype: str) -> None:
+    """Teacher-forced draft pass over each `target` text of the run in `run_dir`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specguard_bench.data import load_problems, messages_for
+    from specguard_core.models.registry import resolve
+
+    settings = json.loads((run_dir / "run.json").read_text())
+    path = resolve(model or settings["draft"])
+    tok = AutoTokenizer.from_pretrained(path)
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+    rows = [json.loads(line) for line in (run_dir / "results.jsonl").open()]
+    texts = {r["uid"]: r for r in rows if r["method"] == "target"}
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    traces = []
+    for uid, row in sorted(texts.items(), key=lambda kv: int(kv[1]["index"])):
+        (problem,) = load_problems(row["dataset"], 1, int(row["index"]))
+        prompt = tok.apply_chat_template(messages_for(problem.question), tokenize=False,
+                                         add_generation_prompt=True)
+        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        t_ids = tok(row["text"], add_special_tokens=False)["input_ids"]
+        t_ids += [eos] if row["finish_reason"] == "stop" else []
+        with torch.inference_mode():
+            logits = lm(torch.tensor([p_ids + t_ids])).logits[0, len(p_ids) - 1:-1]  # [T, V]
+        top = logits.float().softmax(-1).max(-1)
+        traces.append({"uid": uid, "match": (top.indices == torch.tensor(t_ids)).tolist(),
+                       "pmax": [round(p, 5) for p in top.values.tolist()]})
+        print(uid, len(t_ids), f"draft argmax = target token at {np.mean(traces[-1]['match']):.3f}",
+              flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"run": str(run_dir), "draft": str(path), "traces": traces}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("trace")
+    t.add_argument("run_dir", type=Path)
+    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--draft", help="the draft (default: the run's)")
+    t.add_argument("--dtype", default="bfloat16")
+    r = sub.add_parser("replay")
+    r.add_argument("trace", type=Path)
+    r.add_argument("--draft-s", type=float, required=True, help="seconds per draft token")
+    r.add_argument("--target-s", type=float, required=True, help="seconds per target pass")
+    args = ap.parse_args()
+    if args.cmd == "trace":
+        trace(args.run_dir, args.out, args.draft, args.dtype)
+        return
+    traces = json.loads(args.trace.read_text())["traces"]
+    print(f"{len(traces)} texts, {sum(len(t['match']) for t in traces)} tokens; "
+          f"draft {args.draft_s} s/token, target {args.target_s} s/pass\n")
+    print("| rule | s/problem | s/token | tokens/pass | wasted draft tokens/problem |")
+    print("|---|---|---|---|---|")
+    print(f"| target alone | {args.target_s * sum(len(t['match']) for t in traces) / len(traces):.1f}"
+          f" | {args.target_s:.3f} | 1 | 0 |")
+    for rule in RULES:
+        c = cost(traces, rule, args.draft_s, args.target_s)
+        print(f"| {rule.name} | {c['s_per_problem']:.1f} | {c['s_per_token']:.3f} | "
+              f"{c['tokens_per_pass']:.2f} | {c['wasted_per_problem']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""How the engine judges a draft step: what the proposal captures for the verifier, the verifier's
+verdict (from the draft's own signals, or the target's with `scoring_model="target"`), and the
+target's one pass over the step (a check, target scoring, or the speculative fallback's first pass).
+
+`Judge` is the glue between the models and the pure parts: signals live in `signals.py`, the score
+and the route in `verifier.py`, the acceptance rules in `speculative.py`. One per engine; it holds
+no per-request state (the request's caches come in with `Request`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specguard_core.config import SpecGuardConfig
+from specguard_core.engine import capture
+from specguard_core.engine.capture import AttentionRecorder
+from specguard_core.engine.handle import ModelHandle, TentativePass
+from specguard_core.engine.probe import Cards
+from specguard_core.engine.proposer import Candidate, SampleSpec
+from specguard_core.engine.request import Request
+from specguard_core.engine.sampling import Shaping
+from specguard_core.engine.selector import Selector
+from specguard_core.engine.target import Target
+from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
+from specguard_core.types import StepKind
+
+
+@dataclass
+class Judge:
+    """The draft/target pair as the verifier sees it. `same_vocab`: ids pass between the models as
+    they are; otherwise as text (`convert`)."""
+
+    draft: ModelHandle
+    target: Target
+    same_vocab: bool
+    cards: Cards = field(default_factory=Cards)
+
+    def resolve_verifier(self, cfg: SpecGuardConfig) -> SpecGuardConfig:
+        """`verifier="auto"` becomes the card shipped for the scoring model (`specguard_core/
+        verifiers/`, matched by fingerprint) when there is one, else "paper"; the request's
+        config, and so its result, names what was used. Needs an in-process scoring model
+        (`check_served_target` refuses target scoring when the target is served)."""
+        handle = self.target if cfg.scoring_model == "target" else self.draft
+        assert isinstance(handle, ModelHandle)
+        return cfg.merged(verifier=self.cards.resolve(cfg.verifier, handle.model, handle.tokenizer))
+
+    def draft_spec(self, req: Request, selector: Selector) -> SampleSpec:
+        """How the draft proposes this request's step: k candidates, sampling, the step rules,
+        and what to capture for the verifier (attention rows, pooled hidden states)."""
+        cfg = req.cfg
+        return SampleSpec(cfg.k, cfg.temperature, cfg.top_p, req.budget(req.draft), req.rules,
+                          self.capture_layers(self.draft, cfg), cfg.sparsify_threshold,
+                          hidden=cfg.k > 1 and selector.mode == "hidden",
+                          pool_layers=self.pool_layers(self.draft, cfg)
+                          if cfg.scoring_model == "draft" else (), shaping=Shaping.of(cfg))
+
+    def score(self, req: Request, cand: Candidate, kind: StepKind
+              ) -> tuple[Verdict, TentativePass | None]:
+        """The verdict on the selected draft step, and the target's pass over it when the target
+        scored it (tentative: kept or discarded by what follows)."""
+        reason, call = structural_check(cand.text, kind, req.tools, req.required,
+                                        self.target.tokenizer, req.response_format,
+                                        req.answer_text(), cand.end == "eos")
+        tpass = None
+        if req.cfg.scoring_model == "target":
+            target = self.target
+            assert isinstance(target, ModelHandle)  # checked in `SpecGuardEngine.stream`
+            layers = self.capture_layers(target, req.cfg)
+            recorder = AttentionRecorder(layers) if layers else None
+            pool = self.pool_layers(target, req.cfg)
+            tpass = self.target_pass(req, cand, recorder, hidden=bool(pool))
+            scores = target_scores(tpass, recorder, req.cfg, pool)
+        else:
+            scores = draft_scores(cand, req.cfg)
+        return verify(scores, req.cfg, reason, call, tool_call=kind == "tool_call"), tpass
+
+    def target_pass(self, req: Request, cand: Candidate,
+                    recorder: AttentionRecorder | None = None, hidden: bool = False
+                    ) -> TentativePass:
+        """The target's one pass over the draft step (its pending tokens fed first)."""
+        ids = self.convert(cand.fed, self.draft, self.target)
+        return self.target.try_tokens(req.target, ids, recorder=recorder, hidden=hidden)
+
+    def checked_ids(self, cand: Candidate, tpass: TentativePass) -> list[int]:
+        """The tokens the target check judges: the step's, its final EOS included (same vocab)."""
+        return cand.token_ids if self.same_vocab else tpass.ids
+
+    def convert(self, ids: list[int], src: Target, dst: Target) -> list[int]:
+        """`ids` of `src`'s vocabulary in `dst`'s (the same ids when the vocabularies match)."""
+        return ids if self.same_vocab else dst.encode(src.decode(ids))
+
+    def capture_layers(self, handle: ModelHandle, cfg: SpecGuardConfig) -> frozenset[int] | None:
+        """Layers whose attention rows feed grounding; None (no capture) when nothing reads it:
+        beta == 1 gives it no weight in the paper's ensemble (also how to measure what capture
+        costs), and a verifier card reads it only when it lists the feature."""
+        if cfg.beta >= 1 or not self.cards.reads_grounding(cfg.verifier):
+            return None
+        return capture.last_layers(handle.model, cfg.grounding_layers)
+
+    def pool_layers(self, handle: ModelHandle, cfg: SpecGuardConfig) -> tuple[int, ...]:
+        """Hidden layers the configured card reads from `handle`; () for the paper's verifier."""
+        return self.cards.pool_layers(cfg.verifier, handle.model, handle.tokenizer)
