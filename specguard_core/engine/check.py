@@ -3,8 +3,9 @@
 Checking a step only once it is written wastes every draft token after the first one the target
 refuses (on the default pair most checked steps fail, after about 60 wasted tokens each). A
 `GrowingCheck` watches the draft's proposal (`propose(..., watch=...)`): after every
-`check_tokens` unchecked tokens, or right after a token the draft gave less than `check_below`
-probability, the target's tentative pass over the step grows by the new tokens
+`check_tokens` unchecked tokens, right after a token the draft gave less than `check_below`
+probability, or once the product of its probabilities of the unchecked tokens falls below
+`check_run_below`, the target's tentative pass over the step grows by the new tokens
 (`TentativePass.extend`, one forward) and judges them with the same typical acceptance as the
 whole-step check; at the first refused token the draft stops. The verdicts are the whole-step
 check's (the same target rows, fed in pieces: equal in float32; bf16 rounding of the smaller passes
@@ -60,8 +61,10 @@ class GrowingCheck:
     def __call__(self, token_ids: list[int], logprobs: list[float]) -> bool:
         """`propose`'s watcher: True (stop the draft) once a written token was refused."""
         new = len(token_ids) - self.checked
-        unsure = self.cfg.check_below > 0 and math.exp(logprobs[-1]) < self.cfg.check_below
-        if new <= 0 or (new < self.cfg.check_tokens and not unsure):
+        cfg = self.cfg
+        unsure = (cfg.check_below > 0 and math.exp(logprobs[-1]) < cfg.check_below) or (
+            cfg.check_run_below > 0 and math.exp(sum(logprobs[self.checked:])) < cfg.check_run_below)
+        if new <= 0 or (new < cfg.check_tokens and not unsure):
             return False
         self._judge(token_ids, len(token_ids))
         return self.passed < self.checked

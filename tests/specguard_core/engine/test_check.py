@@ -1,4 +1,5 @@
-"""The target check while the draft writes (`check_tokens`, `check_below`): the same output and
+"""The target check while the draft writes (`check_tokens`, `check_below`, `check_run_below`): the
+same output and
 paths as checking each written step, fewer wasted draft tokens, caches consistent."""
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ def _wasted(result: object) -> int:
     return sum(s.draft_wasted for s in result.steps)  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("every, below", [(1, 0.0), (3, 0.0), (8, 0.0), (64, 0.6)])
+@pytest.mark.parametrize("every, below, run_below",
+                         [(1, 0.0, 0.0), (3, 0.0, 0.0), (8, 0.0, 0.0), (64, 0.6, 0.0),
+                          (64, 0.0, 0.6)])
 def test_checking_as_the_draft_writes_keeps_the_output_and_wastes_less(
-        engine: SpecGuardEngine, every: int, below: float) -> None:
+        engine: SpecGuardEngine, every: int, below: float, run_below: float) -> None:
     whole = engine.generate(QUESTION, **CHECKED)
-    growing = engine.generate(QUESTION, check_tokens=every, check_below=below, **CHECKED)
+    growing = engine.generate(QUESTION, check_tokens=every, check_below=below,
+                              check_run_below=run_below, **CHECKED)
     assert all_ids(growing) == all_ids(whole)
     assert [s.path for s in growing.steps] == [s.path for s in whole.steps]
     assert [s.verified_prefix for s in growing.steps] == [s.verified_prefix for s in whole.steps]
@@ -97,8 +101,10 @@ def test_short_budgets_and_split_characters_keep_the_whole_step_verdicts(
     cfg = dict(CHECKED, typical_eps=0.1, typical_delta=0.3, typical_ratio=0.0,
                max_step_tokens=max_step, max_new_tokens=50)
     whole = noisier.generate(prompt, **cfg)
-    for every, below in ((1, 0.0), (2, 0.0), (3, 0.0), (64, 0.5), (4, 0.3)):
-        growing = noisier.generate(prompt, check_tokens=every, check_below=below, **cfg)
+    for every, below, run_below in ((1, 0.0, 0.0), (2, 0.0, 0.0), (3, 0.0, 0.0), (64, 0.5, 0.0),
+                                    (4, 0.3, 0.0), (64, 0.0, 0.5)):
+        growing = noisier.generate(prompt, check_tokens=every, check_below=below,
+                                   check_run_below=run_below, **cfg)
         assert all_ids(growing) == all_ids(whole)
         assert [s.path for s in growing.steps] == [s.path for s in whole.steps]
 
@@ -134,3 +140,17 @@ def test_cancelling_mid_check_leaves_the_engine_usable(engine: SpecGuardEngine,
     monkeypatch.setattr(GrowingCheck, "_judge", real)
     again = engine.generate(QUESTION, check_tokens=2, **CHECKED)
     assert all_ids(again) == all_ids(want)
+
+
+def test_the_run_product_trigger_checks_sooner_as_it_rises(engine: SpecGuardEngine) -> None:
+    """`check_run_below`: the higher the bound on the product of the draft's probabilities since
+    the last check, the sooner the target checks, so the fewer draft tokens a refusal wastes; at
+    0 it never triggers; the output never changes."""
+    runs = {c: engine.generate(QUESTION, check_tokens=64, check_run_below=c, **CHECKED)
+            for c in (0.0, 0.05, 0.5)}
+    plain = engine.generate(QUESTION, check_tokens=64, **CHECKED)
+    assert _wasted(runs[0.0]) == _wasted(plain)
+    assert runs[0.0].stats.target == plain.stats.target
+    assert all(all_ids(r) == all_ids(plain) for r in runs.values())
+    wasted = [_wasted(runs[c]) for c in (0.0, 0.05, 0.5)]
+    assert wasted[0] > wasted[1] > wasted[2]
