@@ -11,6 +11,24 @@ CARD=${CARD:-specguard_core/verifiers/qwen2.5-coder-0.5b-instruct.json}
 common=(--dataset gsm8k --n "$N" --offset 920 --methods specguard-balanced --max-new-tokens 400
         --bounds benchmarks/bounds-qwen2.5-coder-0.5b.json --device cpu --dtype bfloat16 --no-progress)
 run() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --out "benchmarks/results/tune-balanced/$name"; }
+# 9. (tenth session, code of commit 8e862b4 from a frozen worktree, GSM8K 920-927, one pinned core
+#    each) ending draft runs by the product of the draft's probabilities: the replay of greedy SD
+#    over run 3's 30 GSM8K target texts (benchmarks/sd_run_policies.py) predicts the fallback's
+#    draft runs at 0.179 s/token with sd_run_confidence=0.7 against 0.216 today and 0.192 for
+#    transformers' rule; this measures it on the real engine, and the same idea for the check while
+#    the draft writes (check_run_below). Results: benchmarks/RESULTS.md; folders tune-balanced/s10-*.
+#    Run alone: STEP=9 [PART=base|sdrun|checkrun] benchmarks/tune_balanced.sh (the steps below are
+#    earlier sessions' record; their folders no longer resume with today's presets).
+s10() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --out "benchmarks/results/tune-balanced/s10-$name"; }
+if [ "${STEP:-}" = 9 ]; then
+  case "${PART:-all}" in
+    base|all) s10 base --methods token-sd,specguard-balanced ;;&
+    sdrun|all) s10 sdrun0.7 --set balanced.sd_run_confidence=0.7 ;;&
+    checkrun|all) s10 sdrun0.7-checkrun0.5 --set balanced.sd_run_confidence=0.7 \
+                    --set balanced.check_run_below=0.5 ;;
+  esac
+  exit 0
+fi
 # 1. keep a step without the target when the card's P(correct) >= 0.87 (its 95%-precision
 #    threshold), target-check every other step. Stopped after 7 problems: it answered 1 where the
 #    target answered 3 (kept draft steps turned 922 and 925 wrong), so balanced keeps checking
