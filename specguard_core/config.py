@@ -254,10 +254,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # top token's probability fails, which stops wrong digits that Medusa's bound alone let through
     # (GSM8K problem 0: "= 10" at p 0.13 beside "9" at 0.85). The check runs while the draft
     # writes, every 16 draft tokens, so a refused step stops the draft early (0.71x the time of
-    # checking written steps on the tuning slice). See benchmarks/RESULTS.md.
+    # checking written steps on the tuning slice). The fallback's draft runs end once the product
+    # of the draft's probabilities of the run falls below 0.7 (fewer draft tokens the target cuts:
+    # 0.89x the seconds per token on the tuning slice, from the tenth session). See
+    # benchmarks/RESULTS.md.
     "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, tau_accept=math.inf,
                      tau_reject=-math.inf, typical_eps=0.03, typical_delta=0.1, typical_ratio=0.3,
-                     check_tokens=16, fallback="speculative", fallback_k=1),
+                     check_tokens=16, fallback="speculative", fallback_k=1, sd_run_confidence=0.7),
     # latency-first: draft steps the verifier is confident in are kept without the target (the
     # learned card's P(correct) >= 0.87, its 95%-precision threshold on human-labelled steps; where
     # no card ships for the draft, the paper's confidence-only r), the rest go through the
