@@ -77,12 +77,13 @@ class Rule:
             s["thr"] = float(thresholds[int(np.argmin(fpr + 3 * (1 - tpr)))])
 
 
-def replay(match: Sequence[bool], pmax: Sequence[float], rule: Rule) -> tuple[int, int]:
-    """(draft tokens drafted, target passes) for greedy speculative decoding of one text whose
-    position i has the draft's argmax equal to the target's token `match[i]`, with probability
-    `pmax[i]`. Each pass commits the kept draft tokens and the target's own next token."""
+def replay(match: Sequence[bool], pmax: Sequence[float], rule: Rule) -> tuple[int, int, int]:
+    """(draft tokens drafted, target passes, drafted tokens the target cut) for greedy
+    speculative decoding of one text whose position i has the draft's argmax equal to the
+    target's token `match[i]`, with probability `pmax[i]`. Each pass commits the kept draft
+    tokens and the target's own next token."""
     rule.reset()
-    n, i, drafted, passes = len(match), 0, 0, 0
+    n, i, drafted, passes, wasted = len(match), 0, 0, 0, 0
     while i < n:
         probs: list[float] = []
         kept, ok = 0, True
@@ -95,27 +96,29 @@ def replay(match: Sequence[bool], pmax: Sequence[float], rule: Rule) -> tuple[in
                 break
         drafted += len(probs)
         passes += 1
+        wasted += len(probs) - kept
         rule.update(probs, kept)
         i += kept + 1
-    return drafted, passes
+    return drafted, passes, wasted
 
 
 def cost(traces: list[dict[str, Any]], rule: Rule, draft_s: float, target_s: float
          ) -> dict[str, float]:
     """Seconds per problem and per token, and the counts behind them, over `traces`."""
-    drafted = passes = tokens = 0
+    drafted = passes = wasted = tokens = 0
     for tr in traces:
-        d, p = replay(tr["match"], tr["pmax"], rule)
-        drafted, passes, tokens = drafted + d, passes + p, tokens + len(tr["match"])
+        d, p, w = replay(tr["match"], tr["pmax"], rule)
+        drafted, passes, wasted = drafted + d, passes + p, wasted + w
+        tokens += len(tr["match"])
     seconds = drafted * draft_s + passes * target_s
     n = len(traces)
     return {"s_per_problem": seconds / n, "s_per_token": seconds / tokens,
-            "tokens_per_pass": tokens / passes, "wasted_per_problem": (drafted - tokens + passes) / n}
+            "tokens_per_pass": tokens / passes, "wasted_per_problem": wasted / n}
 
 
 RULES = [
     Rule("hf: transformers' assisted generation", kind="hf", start=20, confidence=0.4),
-    Rule("adaptive (SpecGuard's fallback today)"),
+    Rule("adaptive (the fallback without sd_run_confidence)"),
     Rule("adaptive + sd_confidence 0.4", confidence=0.4),
     *[Rule(f"adaptive, cap 32 + sd_run_confidence {c}", cap=32, run_confidence=c)
       for c in (0.3, 0.5, 0.6, 0.7, 0.8)],

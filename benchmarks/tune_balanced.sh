@@ -14,18 +14,24 @@ run() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --ou
 # 9. (tenth session, code of commit 8e862b4 from a frozen worktree, GSM8K 920-927, one pinned core
 #    each) ending draft runs by the product of the draft's probabilities: the replay of greedy SD
 #    over run 3's 30 GSM8K target texts (benchmarks/sd_run_policies.py) predicts the fallback's
-#    draft runs at 0.179 s/token with sd_run_confidence=0.7 against 0.216 today and 0.192 for
+#    draft runs at 0.179 s/token with sd_run_confidence=0.7 against 0.216 without it and 0.192 for
 #    transformers' rule; this measures it on the real engine, and the same idea for the check while
 #    the draft writes (check_run_below). Results: benchmarks/RESULTS.md; folders tune-balanced/s10-*.
-#    Run alone: STEP=9 [PART=base|sdrun|checkrun] benchmarks/tune_balanced.sh (the steps below are
+#    Run alone: STEP=9 [PART=base|sdrun|checkrun|checkrun0.7] benchmarks/tune_balanced.sh. The
+#    committed s10 folders come from 8e862b4, before the preset had sd_run_confidence; the presets
+#    are part of a run's fingerprint, so today's code refuses to resume them: move them away (or
+#    rename s10) to rerun; `base` sets sd_run_confidence=0, the preset as it was. (The steps below are
 #    earlier sessions' record; their folders no longer resume with today's presets).
 s10() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --out "benchmarks/results/tune-balanced/s10-$name"; }
 if [ "${STEP:-}" = 9 ]; then
   case "${PART:-all}" in
-    base|all) s10 base --methods token-sd,specguard-balanced ;;&
+    # the preset as in run 3 (before sd_run_confidence was in it)
+    base|all) s10 base --methods token-sd,specguard-balanced --set balanced.sd_run_confidence=0 ;;&
     sdrun|all) s10 sdrun0.7 --set balanced.sd_run_confidence=0.7 ;;&
     checkrun|all) s10 sdrun0.7-checkrun0.5 --set balanced.sd_run_confidence=0.7 \
-                    --set balanced.check_run_below=0.5 ;;
+                    --set balanced.check_run_below=0.5 ;;&
+    checkrun0.7|all) s10 sdrun0.7-checkrun0.7 --set balanced.sd_run_confidence=0.7 \
+                       --set balanced.check_run_below=0.7 ;;
   esac
   exit 0
 fi

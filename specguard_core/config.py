@@ -256,7 +256,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # writes, every 16 draft tokens, so a refused step stops the draft early (0.71x the time of
     # checking written steps on the tuning slice). The fallback's draft runs end once the product
     # of the draft's probabilities of the run falls below 0.7 (fewer draft tokens the target cuts:
-    # 0.89x the seconds per token on the tuning slice, from the tenth session). See
+    # 0.90x the seconds per token on the tuning slice, from the tenth session). See
     # benchmarks/RESULTS.md.
     "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, tau_accept=math.inf,
                      tau_reject=-math.inf, typical_eps=0.03, typical_delta=0.1, typical_ratio=0.3,

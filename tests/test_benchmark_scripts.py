@@ -44,14 +44,14 @@ def test_sd_run_policies_replay_counts_drafts_and_passes() -> None:
     sd = _load("sd_run_policies")
     # adaptive, first run 5: drafts positions 0-4, the target keeps 0-1 and writes 2 itself; the
     # next run (4 long) reaches the end of the text after 2 tokens, both kept
-    assert sd.replay([True, True, False, True, True], [0.9] * 5, sd.Rule("a")) == (7, 2)
+    assert sd.replay([True, True, False, True, True], [0.9] * 5, sd.Rule("a")) == (7, 2, 3)
     # the run's probability product: 0.9^4 = 0.66 < 0.7 ends each run after 4 tokens, all kept,
     # so each pass commits 5 tokens
-    assert sd.replay([True] * 20, [0.9] * 20, sd.Rule("c", run_confidence=0.7)) == (16, 4)
+    assert sd.replay([True] * 20, [0.9] * 20, sd.Rule("c", run_confidence=0.7)) == (16, 4, 0)
     # transformers' rule: a run ends at a token below its threshold (0.4 here, before any refit):
     # positions 0-1 drafted and kept, the target writes 2, the next run drafts 3-5
     assert sd.replay([True] * 6, [0.9, 0.3, 0.9, 0.9, 0.9, 0.9],
-                     sd.Rule("hf", kind="hf", start=20, confidence=0.4)) == (5, 2)
+                     sd.Rule("hf", kind="hf", start=20, confidence=0.4)) == (5, 2, 0)
     c = sd.cost([{"match": [True] * 20, "pmax": [0.9] * 20}],
                 sd.Rule("c", run_confidence=0.7), draft_s=0.1, target_s=0.3)
     assert abs(c["s_per_problem"] - (16 * 0.1 + 4 * 0.3)) < 1e-9 and c["wasted_per_problem"] == 0

@@ -40,7 +40,7 @@ from specguard_core.config import SpecGuardConfig
 from specguard_core.engine import formats
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.chat import InputError
-from specguard_core.engine.remote import RemoteTargetError
+from specguard_core.engine.remote_http import RemoteTargetError
 from specguard_core.types import GenerationResult
 
 if TYPE_CHECKING:

@@ -73,15 +73,15 @@ class SpecGuardEngine:
             self.target = self._handle(target_model, target_tokenizer)
         self.config = config or default_config()
         self.draft = self._handle(draft_model, draft_tokenizer)
-        self.same_vocab = draft_tokenizer.get_vocab() == self.target.tokenizer.get_vocab()
-        if not self.same_vocab and not self.engine_config.heterogeneous:
+        same_vocab = draft_tokenizer.get_vocab() == self.target.tokenizer.get_vocab()
+        if not same_vocab and not self.engine_config.heterogeneous:
             raise InputError("the draft and target tokenizers have different vocabularies; pick a "
                              "pair that shares a tokenizer, or pass engine_config=EngineConfig("
                              "heterogeneous=True) (steps then pass between the models as text)")
         self.model_name = name or f"specguard:{self.draft.name}+{self.target.name}"
         self._turns = Turns()
         self._selectors: dict[tuple[str, str | None], Selector] = {}
-        self.judge = Judge(self.draft, self.target, self.same_vocab)
+        self.judge = Judge(self.draft, self.target, same_vocab)
 
     @classmethod
     def from_pretrained(cls, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
@@ -104,6 +104,16 @@ class SpecGuardEngine:
             raise ValueError(f"{', '.join(sorted(remote))} applies to a target served over HTTP; "
                              f"pass target='http://HOST:PORT/v1' (got target={target!r})")
         return load_engine(cls, draft, target, **kwargs)
+
+    @property
+    def same_vocab(self) -> bool:
+        """The two models share a vocabulary (ids pass between them as they are); else steps
+        pass as text (`EngineConfig(heterogeneous=True)`)."""
+        return self.judge.same_vocab
+
+    @same_vocab.setter
+    def same_vocab(self, value: bool) -> None:
+        self.judge.same_vocab = value
 
     @property
     def context_window(self) -> int:

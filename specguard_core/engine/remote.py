@@ -77,7 +77,6 @@ class RemoteTarget:
         self.http = ServerClient(url, model, timeout_s=timeout_s, api_key=api_key,
                                  transport=transport)
         self.url = self.http.url
-        self.model_name = model
         self.name = f"{model}@{self.url}"
         self.tokenizer = tokenizer
         self.context_window = int(context_window)
@@ -85,7 +84,24 @@ class RemoteTarget:
         self.eos_ids = frozenset(int(e) for e in eos if e is not None)
         self.vocab_size = max(int(vocab_size or 0), len(tokenizer))
         self.top_logprobs = int(top_logprobs)
-        self.timeout_s = self.http.timeout_s
+
+    @property
+    def model_name(self) -> str:
+        """The served model's name, as every request names it."""
+        return self.http.model
+
+    @model_name.setter
+    def model_name(self, value: str) -> None:
+        self.http.model = value
+
+    @property
+    def timeout_s(self) -> float:
+        return self.http.timeout_s
+
+    @property
+    def root(self) -> str:
+        """The server's root (vLLM serves `/tokenize` beside `/v1`)."""
+        return self.http.root
 
     @classmethod
     def connect(cls, url: str, model: str | None, tokenizer: Any, **kwargs: Any) -> RemoteTarget:
@@ -111,7 +127,6 @@ class RemoteTarget:
                                     f"{model!r}; pass target_model= (CLI: --target-model) with "
                                     "one of those names")
         self.model_name, self.name = model, f"{model}@{self.url}"
-        self.http.model = model
         window = served[model].get("max_model_len")
         self.context_window = int(window) if isinstance(window, int) else \
             int(getattr(self.tokenizer, "model_max_length", 0) or 0)
@@ -119,7 +134,7 @@ class RemoteTarget:
     def check_tokenizer(self) -> None:
         """Raise RemoteTargetError if the server tokenizes `PROBE` differently from the local
         tokenizer (it serves another model family or tokenizer)."""
-        theirs, ours = self.http.tokenize(PROBE), self.encode(PROBE)
+        theirs, ours = self.http.tokenize(PROBE, "tokenize the probe"), self.encode(PROBE)
         if theirs != ours:
             raise RemoteTargetError(
                 f"the server at {self.url} serves {self.model_name!r} with another tokenizer than "

@@ -45,10 +45,11 @@ class ServerClient:
         listed = self.request("GET", f"{self.url}/models", None, "list its models")
         return {str(m.get("id")): m for m in listed.get("data", []) if isinstance(m, dict)}
 
-    def tokenize(self, text: str) -> Any:
-        """vLLM's `/tokenize` of `text` without special tokens (its token ids, as sent)."""
+    def tokenize(self, text: str, what: str) -> Any:
+        """vLLM's `/tokenize` of `text` without special tokens (its token ids, as sent); `what`
+        (the purpose) goes into errors."""
         answer = self.post(f"{self.root}/tokenize", {"prompt": text, "add_special_tokens": False},
-                           "tokenize the probe")
+                           what)
         return answer.get("tokens")
 
     def complete(self, body: dict[str, Any], what: str) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
+from specguard_core.engine.check import GrowingCheck
 from specguard_core.testing import scripted_engine
 from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
 from tests.specguard_core.engine.test_engine import GREEDY, QUESTION, all_ids, reference
@@ -154,3 +155,22 @@ def test_the_run_product_trigger_checks_sooner_as_it_rises(engine: SpecGuardEngi
     assert all(all_ids(r) == all_ids(plain) for r in runs.values())
     wasted = [_wasted(runs[c]) for c in (0.0, 0.05, 0.5)]
     assert wasted[0] > wasted[1] > wasted[2]
+
+
+def test_the_run_product_trigger_multiplies_the_probabilities_since_the_last_check() -> None:
+    """0.9 per token: the product drops below 0.7 at the 4th token (0.9^4 = 0.66), so checks fall
+    on tokens 4 and 8; a per-token bound of 0.7 (`check_below`) would never trigger."""
+    for cfg, expected in ((SpecGuardConfig(check_tokens=64, check_run_below=0.7), [4, 8]),
+                          (SpecGuardConfig(check_tokens=64, check_below=0.7), [])):
+        check = GrowingCheck(target=None, state=None, cfg=cfg)  # type: ignore[arg-type]
+        judged: list[int] = []
+
+        def judge(ids: list[int], n_fed: int, check: GrowingCheck = check,
+                  judged: list[int] = judged) -> None:  # every token passes
+            judged.append(len(ids))
+            check.checked = check.passed = len(ids)
+
+        check._judge = judge  # type: ignore[method-assign]
+        for n in range(1, 10):
+            assert check(list(range(n)), [math.log(0.9)] * n) is False
+        assert judged == expected

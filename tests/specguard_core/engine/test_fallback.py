@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
 from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
@@ -242,3 +244,35 @@ def test_a_run_confidence_stop_keeps_the_fallback_exact(engine: SpecGuardEngine)
     assert passes[1] > passes[0]
     wasted = [sum(s.draft_wasted for s in runs[c].steps) for c in (0.0, 1.0)]
     assert wasted[1] < wasted[0]
+
+
+class _SureDraft:
+    """A draft that gives its argmax (token 5 of 10) probability 0.9 at every position."""
+
+    eos_ids = frozenset({9})
+    device = torch.device("cpu")
+
+    def next_logits(self, state: Any) -> torch.Tensor:
+        probs = torch.full((10,), 0.1 / 9)
+        probs[5] = 0.9
+        return probs.log()  # [V]
+
+    def extend(self, state: Any, ids: list[int]) -> None:
+        state.ids.extend(ids)
+
+
+@pytest.mark.parametrize(("knobs", "run"), [
+    (dict(sd_run_confidence=0.7), 4),  # 0.9^4 = 0.66 < 0.7: the run ends at its 4th token
+    (dict(sd_run_confidence=0.5), 7),  # 0.9^7 = 0.48
+    (dict(sd_confidence=0.7), 16),  # one token below 0.7: never
+    (dict(), 16),
+])
+def test_a_draft_run_ends_on_the_product_of_its_probabilities(knobs: dict[str, float],
+                                                              run: int) -> None:
+    from specguard_core.engine.fallback import _draft_run
+
+    req: Any = SimpleNamespace(cfg=SpecGuardConfig(temperature=0.0, **knobs),
+                               generator=torch.Generator().manual_seed(0))
+    toks, probs, rows, lps = _draft_run(_SureDraft(), SimpleNamespace(ids=[1, 2]), 16, req)  # type: ignore[arg-type]
+    assert toks == [5] * run and len(lps) == run
+    assert all(abs(lp - math.log(0.9)) < 1e-5 for lp in lps if lp is not None)
