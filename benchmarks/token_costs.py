@@ -24,14 +24,19 @@ BASELINES = ("draft", "token-sd", "target")
 
 def costs(rows: list[dict[str, Any]], method: str) -> dict[str, Any]:
     """Tokens and seconds per source over the problems every method in `BASELINES + (method,)`
-    finished (the latest row of each (problem, method) counts)."""
+    that the run has finished (the latest row of each (problem, method) counts); a baseline the
+    run did not include is left out (token-SD is required: the ratios are against it)."""
     latest: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     for row in rows:
         latest[row["uid"]][row["method"]] = row
-    wanted = (*BASELINES, method)
+    present = {m for by in latest.values() for m in by}
+    baselines = [b for b in BASELINES if b in present]
+    if "token-sd" not in baselines or method not in present:
+        raise ValueError(f"the run needs token-sd and {method} rows (it has {sorted(present)})")
+    wanted = (*baselines, method)
     done = [uid for uid, by in latest.items() if all(m in by for m in wanted)]
     out: dict[str, Any] = {"problems": len(done)}
-    for name in BASELINES:
+    for name in baselines:
         tokens = sum(latest[uid][name]["new_tokens"] for uid in done)
         seconds = sum(latest[uid][name]["latency_s"] for uid in done)
         out[name] = dict(tokens=tokens, seconds=seconds)
@@ -61,7 +66,10 @@ def main() -> None:
     args = ap.parse_args()
     rows = [json.loads(line) for line in (args.run / "results.jsonl").read_text().splitlines()
             if line.strip()]
-    table = costs(rows, args.method)
+    try:
+        table = costs(rows, args.method)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
     sd = table["token-sd"]["seconds"] / max(1, table["token-sd"]["tokens"])
     print(f"{args.run}: {table['problems']} problems every method finished")
     print("| tokens from | tokens | seconds | s/token | vs token-SD's s/token |")

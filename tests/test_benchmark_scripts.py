@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,6 +40,11 @@ def test_token_costs_split_a_method_by_where_its_tokens_came_from() -> None:
     assert table["sg: draft-written, kept"] == dict(tokens=50, seconds=10.0)
     assert table["sg: fallback"] == dict(tokens=30, seconds=9.5)
     assert table["sg"] == dict(tokens=80, seconds=20.0) and table["draft_wasted_per_problem"] == 7
+    # a run of token-SD and the method only (no draft or target rows): those baselines are left out
+    only = [r for r in rows if r["method"] in ("token-sd", "sg")]
+    assert "draft" not in costs(only, "sg") and costs(only, "sg")["problems"] == 1
+    with pytest.raises(ValueError, match="needs token-sd"):
+        costs([r for r in rows if r["method"] != "token-sd"], "sg")
 
 
 def test_sd_run_policies_replay_counts_drafts_and_passes() -> None:
