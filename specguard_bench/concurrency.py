@@ -130,9 +130,14 @@ def run_round(engine: Any, method: str, problems: Sequence[Problem], concurrency
     interrupt) stops the other clients before their next request and is raised."""
     queue = list(reversed(problems))
     lock, failed = threading.Lock(), threading.Event()
+    start = threading.Barrier(concurrency)  # the N clients arrive together, as N users would
 
     def client(cid: int, t0: float) -> list[tuple[Problem, MethodOutput, int, float, float]]:
         done = []
+        try:
+            start.wait(timeout=60)
+        except threading.BrokenBarrierError:  # a client never started: the others go anyway
+            pass
         while not failed.is_set():
             with lock:
                 if not queue:

@@ -191,8 +191,10 @@ def test_cli_batching_builds_a_batching_engine(bench_pair_dirs: tuple[Path, Path
                                                tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     draft, target = bench_pair_dirs
+    # long enough (24 tokens) that the two requests overlap even when a busy machine delays one
+    # client's thread (with 6, the tiny models could finish one request before the other began)
     common = ["--draft", str(draft), "--target", str(target), "--device", "cpu", "--dtype",
-              "float32", "--max-new-tokens", "6", "--no-progress", "--n", "2",
+              "float32", "--max-new-tokens", "24", "--no-progress", "--n", "2",
               "--methods", "specguard-fast", "--no-warmup"]
     out = tmp_path / "batched"
     assert main(["bench", "--concurrency", "2", "--batching", "--out", str(out), *common]) == 0
