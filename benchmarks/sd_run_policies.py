@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from specguard_core.engine.speculative import draft_doubts
+
 
 @dataclass
 class Rule:
@@ -56,8 +58,9 @@ class Rule:
         s = self.state
         if self.kind == "hf":
             return len(probs) >= self.start or probs[-1] < s["thr"]
-        return (len(probs) >= s["g"] or probs[-1] < self.confidence
-                or (self.run_confidence > 0 and math.prod(probs) < self.run_confidence))
+        # the engine's own rule (`fallback._draft_run`), on log-probabilities as it sees them
+        return len(probs) >= s["g"] or draft_doubts([math.log(p) for p in probs],
+                                                    self.confidence, self.run_confidence)
 
     def update(self, probs: list[float], kept: int) -> None:
         """After the target's pass kept `kept` of the run's `len(probs)` tokens."""

@@ -25,7 +25,7 @@ from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.handle import CacheState, ModelHandle, TentativePass
 from specguard_core.engine.remote import RemoteTarget
 from specguard_core.engine.request import Request
-from specguard_core.engine.speculative import checked_prefix
+from specguard_core.engine.speculative import checked_prefix, draft_doubts
 from specguard_core.engine.target import Target
 
 
@@ -62,9 +62,8 @@ class GrowingCheck:
         """`propose`'s watcher: True (stop the draft) once a written token was refused."""
         new = len(token_ids) - self.checked
         cfg = self.cfg
-        unsure = (cfg.check_below > 0 and math.exp(logprobs[-1]) < cfg.check_below) or (
-            cfg.check_run_below > 0 and math.exp(sum(logprobs[self.checked:])) < cfg.check_run_below)
-        if new <= 0 or (new < cfg.check_tokens and not unsure):
+        if new <= 0 or (new < cfg.check_tokens and not draft_doubts(
+                logprobs[self.checked:], cfg.check_below, cfg.check_run_below)):
             return False
         self._judge(token_ids, len(token_ids))
         return self.passed < self.checked

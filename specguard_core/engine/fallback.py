@@ -21,7 +21,6 @@ Both end with each cache holding the committed ids (or with them pending), never
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -32,7 +31,12 @@ from specguard_core.engine.proposer import Proposal, SampleSpec, StepText
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.sampling import Shaping, nucleus_probs, sample_with_probs
 from specguard_core.engine.selector import Selector
-from specguard_core.engine.speculative import accepted_prefix, checked_prefix, next_token
+from specguard_core.engine.speculative import (
+    accepted_prefix,
+    checked_prefix,
+    draft_doubts,
+    next_token,
+)
 from specguard_core.engine.target import Target, write_step
 
 Convert = Callable[[list[int], Target, Target], list[int]]
@@ -170,7 +174,7 @@ def _pend(draft: ModelHandle, target: Target, req: Request, tok: int | None) -> 
 
 
 def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
-               ) -> tuple[list[int], list[float], list[torch.Tensor], list[float | None]]:
+               ) -> tuple[list[int], list[float], list[torch.Tensor], list[float]]:
     """The draft proposes up to `g` tokens after its committed prefix (stopping at EOS): (tokens,
     their sampling probabilities q(x), the draft's penalised logits `[V]` at each, their raw
     log-probabilities). All but the last are fed (committed here; the caller rolls back what the
@@ -178,10 +182,8 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
     toks: list[int] = []
     probs: list[float] = []
     rows: list[torch.Tensor] = []
-    lps: list[float | None] = []
+    lps: list[float] = []
     shaping = Shaping.of(req.cfg)
-    run_logp = 0.0  # log of the product of the draft's probabilities of the run's tokens
-    floor = math.log(req.cfg.sd_run_confidence) if req.cfg.sd_run_confidence > 0 else -math.inf
     for j in range(max(1, g)):
         raw = draft.next_logits(state)  # [V]
         logits = shaping.penalise(raw[None], shaping.history(state.ids, 1, draft.device))[0]
@@ -194,9 +196,8 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
         probs.append(p)
         rows.append(logits)
         lps.append(logp)
-        run_logp += logp
-        if int(t) in draft.eos_ids or j == g - 1 or math.exp(logp) < req.cfg.sd_confidence \
-                or run_logp < floor:
+        if int(t) in draft.eos_ids or j == g - 1 or draft_doubts(
+                lps, req.cfg.sd_confidence, req.cfg.sd_run_confidence):
             break  # a token (or run) the draft doubts is likely refused: let the target judge now
         draft.extend(state, [int(t)])
     return toks, probs, rows, lps

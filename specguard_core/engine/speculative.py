@@ -8,6 +8,9 @@
   distributed exactly as the target's own sampling.
 - `typical_accept`: Medusa's typical acceptance (Cai et al. 2024): every token must have target
   probability p >= min(eps, delta * exp(-H)), H the entropy of the target's distribution there.
+- `draft_doubts`: when the draft should stop and let the target judge its run (its own
+  probabilities: the last token's, or the run's product; transformers' assistant confidence and
+  SpecDec++'s stopping rule).
 
 `p` is the target's distribution after the request's shaping (`sampling.py`: repetition penalty,
 temperature, top-k, top-p, min-p; `nucleus_probs`), `q` the distribution the draft sampled the token
@@ -17,12 +20,22 @@ from, after the same shaping of the draft's logits. Logits passed in are already
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.sampling import NO_SHAPING, Shaping, nucleus_probs, warp_logits
+
+
+def draft_doubts(run_logprobs: Sequence[float], token_below: float, run_below: float) -> bool:
+    """Whether the draft doubts its run (`run_logprobs`: its raw log-probabilities of the run's
+    tokens so far): the last token has probability below `token_below`, or the product over the
+    run is below `run_below` (its own estimate that the target keeps the whole run). 0 turns
+    either rule off. Used to end a fallback draft run and to check a step while it is written."""
+    last_doubted = token_below > 0 and math.exp(run_logprobs[-1]) < token_below
+    return last_doubted or (run_below > 0 and math.exp(sum(run_logprobs)) < run_below)
 
 
 def accepted_prefix(target_logits: torch.Tensor, ids: list[int], q_of_ids: list[float],

@@ -89,3 +89,15 @@ def test_the_residual_works_across_padded_vocabulary_widths() -> None:
     picks = {next_token(target, 1.0, 1.0, gen, q) for _ in range(50)}
     assert picks and 0 not in picks and picks <= {1, 2}  # the residual excludes token 0
     assert next_token(target[:3], 1.0, 1.0, gen, torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0])) != 0
+
+
+def test_draft_doubts_its_last_token_or_the_product_of_its_run() -> None:
+    import math
+
+    from specguard_core.engine.speculative import draft_doubts
+
+    run = [math.log(0.9)] * 4  # product 0.66
+    assert draft_doubts(run, 0.0, 0.7) and not draft_doubts(run[:3], 0.0, 0.7)  # 0.73 at 3
+    assert not draft_doubts(run, 0.7, 0.0)  # every token is above 0.7 on its own
+    assert draft_doubts(run + [math.log(0.5)], 0.7, 0.0)
+    assert not draft_doubts([math.log(1e-9)], 0.0, 0.0)  # both rules off
