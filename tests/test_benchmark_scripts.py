@@ -62,3 +62,20 @@ def test_sd_run_policies_replay_counts_drafts_and_passes() -> None:
     c = sd.cost([{"match": [True] * 20, "pmax": [0.9] * 20}],
                 sd.Rule("c", run_confidence=0.7), draft_s=0.1, target_s=0.3)
     assert abs(c["s_per_problem"] - (16 * 0.1 + 4 * 0.3)) < 1e-9 and c["wasted_per_problem"] == 0
+
+
+def test_omp_threads_times_each_setting(tmp_path: Path) -> None:
+    from specguard_core.engine.handle import ModelHandle
+    from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
+
+    omp = _load("omp_threads")
+    draft, tok, _, _ = noisy_copy_pair(tmp_path)
+    handle = ModelHandle(draft, tok)
+    seconds = {s: omp.measure(handle, s, length=12, repeats=1, threads=2) for s in omp.SETTINGS}
+    assert all(s > 0 for s in seconds.values())
+    assert omp.table(seconds).count("\n") == len(omp.SETTINGS) + 1
+    states = omp.decode_states(handle, 12, rows=3)
+    omp.one_decode(handle, states)()  # one decode, then cut back: the caches are as they were
+    assert all(s.cache is not None and s.cache.get_seq_length() == 12 for s in states)
+    with pytest.raises(ValueError, match="unknown setting"):
+        omp.measure(handle, "two threads")

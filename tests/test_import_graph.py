@@ -23,7 +23,7 @@ CORE_LAYERS = {
     "specguard_core.engine.signals": 2, "specguard_core.engine.steps": 2,
     "specguard_core.engine.chat": 2, "specguard_core.engine.schema": 2,
     "specguard_core.engine.formats": 2, "specguard_core.engine.sampling": 2,
-    "specguard_core.engine.turns": 2,
+    "specguard_core.engine.turns": 2, "specguard_core.engine.threads": 2,
     "specguard_core.engine.capture": 3, "specguard_core.engine.handle": 3,
     "specguard_core.engine.remote_http": 3,
     "specguard_core.engine.batch": 4,

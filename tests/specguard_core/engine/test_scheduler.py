@@ -335,3 +335,32 @@ def test_one_thread_holding_every_place_gets_an_error_not_a_deadlock(
         s.close()
     assert batched.batcher is not None and batched.batcher.active == 0
     assert batched.generate("Hi").text is not None  # still usable
+
+
+def test_every_forward_runs_on_the_one_runner_thread(pair: tuple[Any, Any, Any, Any],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whichever request leads a round, its forwards run on the batcher's runner thread (one
+    OpenMP team for all of them: `engine/threads.py`), never on a request's own thread."""
+    _, batched = engines(pair)
+    ran_on: set[int] = set()
+    padded, solo = rounds.forward_rows, rounds.ModelHandle.forward
+
+    def record_padded(*args: Any, **kw: Any) -> Any:
+        ran_on.add(threading.get_ident())
+        return padded(*args, **kw)
+
+    def record_solo(*args: Any, **kw: Any) -> Any:
+        ran_on.add(threading.get_ident())
+        return solo(*args, **kw)
+
+    monkeypatch.setattr(rounds, "forward_rows", record_padded)
+    monkeypatch.setattr(rounds.ModelHandle, "forward", record_solo)
+    requesters: set[int] = set()
+
+    def request(prompt: str) -> GenerationResult:
+        requesters.add(threading.get_ident())
+        return batched.generate(prompt, tau=math.inf)
+
+    got = concurrently([lambda p=p: request(p) for p in (SHORT, LONG, "Hi")])
+    assert all(isinstance(g, GenerationResult) for g in got)
+    assert len(ran_on) == 1 and not ran_on & requesters

@@ -1,0 +1,77 @@
+"""`one_omp_thread`: a request thread's torch ops start no OpenMP team of workers (they would
+make every forward of a batching engine's runner thread slower on a multi-core CPU), and the
+thread's own setting comes back afterwards."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from specguard_core.engine.threads import one_omp_thread
+
+OPENMP = "OpenMP" in torch.__config__.parallel_info() and Path("/proc/self/task").is_dir()
+
+
+def _os_threads() -> set[str]:
+    return set(os.listdir("/proc/self/task"))
+
+
+def _ops() -> None:
+    """Ops a step runs between forwards: row-wise softmax and exp (MKL's vector maths) over
+    logits-sized tensors, large enough to go parallel."""
+    logits = torch.randn(17, 151_936)
+    torch.softmax(logits, -1).argmax(-1)
+    torch.exp(torch.log_softmax(logits, -1))
+
+
+def _threads_started_by(body: Callable[[], None]) -> int:
+    """OS threads started while `body` ran in a fresh thread (its OpenMP workers, if any; threads
+    that end meanwhile do not count)."""
+    out: list[int] = []
+
+    def run() -> None:
+        before = _os_threads()
+        body()
+        out.append(len(_os_threads() - before))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    return out[0]
+
+
+@pytest.mark.skipif(not OPENMP, reason="needs torch built with OpenMP, on Linux")
+def test_ops_inside_start_no_openmp_team_and_the_setting_comes_back() -> None:
+    threads = torch.get_num_threads()
+    if threads < 2:
+        pytest.skip("torch runs one thread here: no OpenMP team to start")
+
+    def limited() -> None:
+        with one_omp_thread():
+            assert torch.get_num_threads() == 1
+            _ops()
+        assert torch.get_num_threads() == threads  # this thread's own count again
+
+    assert _threads_started_by(limited) == 0
+    assert _threads_started_by(_ops) > 0  # the same ops without it start a team: the check bites
+
+
+def test_other_threads_keep_their_count_meanwhile() -> None:
+    threads = torch.get_num_threads()
+    inside, seen = threading.Event(), []
+
+    def other() -> None:
+        inside.wait(10)
+        seen.append(torch.get_num_threads())
+
+    t = threading.Thread(target=other)
+    t.start()
+    with one_omp_thread():
+        inside.set()
+        t.join()
+    assert seen == [threads]
