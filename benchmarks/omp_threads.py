@@ -108,7 +108,8 @@ def measure(handle: ModelHandle, setting: str, length: int = 180, repeats: int =
             threads: int = ROWS) -> float:
     """Median seconds of one batched decode in `setting` (see the module docstring)."""
     vocab = int(handle.model.config.get_text_config().vocab_size)
-    logits: list[torch.Tensor] = []  # made by the thread that prepares the states: no other thread starts a team
+    # made by the thread that prepares the states, so no other thread starts a team for it
+    logits: list[torch.Tensor] = []
 
     def ops() -> None:
         torch.exp(torch.log_softmax(logits[0], -1)).argmax(-1)

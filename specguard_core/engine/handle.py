@@ -24,6 +24,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from specguard_core.engine import capture
+from specguard_core.engine.threads import Runner
 from specguard_core.types import ModelCounters
 
 if TYPE_CHECKING:
@@ -82,9 +83,12 @@ class TentativePass:
 class ModelHandle:
     """Wraps one causal LM. `name` is for traces; `eos_ids` end generation."""
 
-    def __init__(self, model: Any, tokenizer: Any, name: str = "") -> None:
+    def __init__(self, model: Any, tokenizer: Any, name: str = "",
+                 runner: Runner | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
+        # forwards run on this thread when given (an engine's, for CPU models: `threads.py`)
+        self.runner = runner
         self.name = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
         capture.install(model)
         gen = getattr(model, "generation_config", None)
@@ -106,7 +110,10 @@ class ModelHandle:
                 hidden: bool = False, recorder: capture.AttentionRecorder | None = None,
                 tentative: bool = False) -> Forward:
         """Feed `input_ids: [b, q]` after what `state.cache` holds; counts prefilled, decoded or
-        (for a verification pass) tentative tokens."""
+        (for a verification pass) tentative tokens. Runs on `runner`'s thread when there is one."""
+        if self.runner is not None and not self.runner.here():
+            return self.runner.run(self.forward, state, input_ids, all_logits=all_logits,
+                                   hidden=hidden, recorder=recorder, tentative=tentative)
         b, q = input_ids.shape
         extra: dict[str, Any] = {self._cache_arg: _kv(state)}
         if recorder is not None:
@@ -128,7 +135,11 @@ class ModelHandle:
         `position_ids: [b, Q]`, `logits_to_keep` as transformers reads it (`[b, k]` positions per
         row, or a `[b, Q]` bool mask whose logits come back flattened to `[sum, V]`). Hidden
         states and recorded attention rows cover all `[b, Q]` (resp. `[b, Q, W + Q]`) positions,
-        pads included; counters are the caller's (they are per request)."""
+        pads included; counters are the caller's (they are per request). Runs on `runner`'s
+        thread when there is one."""
+        if self.runner is not None and not self.runner.here():
+            return self.runner.run(self.forward_padded, cache, input_ids, attention_mask,
+                                   position_ids, logits_to_keep, hidden=hidden, recorder=recorder)
         extra: dict[str, Any] = {self._cache_arg: cache}
         if recorder is not None:
             extra["specguard_recorder"] = recorder

@@ -44,6 +44,7 @@ from specguard_core.engine.speculative import checked_prefix
 from specguard_core.engine.steps import StepRules, step_kind
 from specguard_core.engine.stream import GenerationStream
 from specguard_core.engine.target import Target
+from specguard_core.engine.threads import Runner
 from specguard_core.engine.turns import Turns
 from specguard_core.engine.verifier import Verdict
 from specguard_core.models.loading import check_pair, check_vocab
@@ -64,7 +65,8 @@ class SpecGuardEngine:
         transformers model with its `target_tokenizer`, or a ready `Target` such as a
         `RemoteTarget` (a model on a vLLM server; its own tokenizer is used)."""
         self.engine_config = engine_config or EngineConfig()
-        self.batcher = Batcher.of(self.engine_config)
+        self.runner = Runner()  # the thread of every forward of a CPU model (`threads.py`)
+        self.batcher = Batcher.of(self.engine_config, self.runner)
         if isinstance(target_model, Target):
             check_vocab(draft_model, draft_tokenizer, "draft")
             self.target: Target = target_model
@@ -324,9 +326,13 @@ class SpecGuardEngine:
 
     # ---- helpers ---------------------------------------------------------------------------
     def _handle(self, model: Any, tokenizer: Any) -> ModelHandle:
+        """The handle of an in-process model; a CPU model's forwards run on the engine's runner
+        (on a GPU they stay in the calling thread: no OpenMP teams to keep apart)."""
+        on_cpu = next(model.parameters()).device.type == "cpu"
+        runner = self.runner if on_cpu else None
         if self.batcher is None:
-            return ModelHandle(model, tokenizer)
-        return BatchingHandle(model, tokenizer, self.batcher)
+            return ModelHandle(model, tokenizer, runner=runner)
+        return BatchingHandle(model, tokenizer, self.batcher, runner=runner)
 
     def _prompt(self, handle: Target, messages: list[Message],
                 tools: list[dict[str, Any]]) -> list[int]:

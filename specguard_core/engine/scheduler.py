@@ -28,10 +28,10 @@ changes is how a forward is run. With `EngineConfig(batching=True)` the engine's
   runs alone.
   A request waiting for a served target's HTTP answer (`turns.waiting_io`) lends the baton and
   does not count as running meanwhile, so the others' steps and rounds go on.
-- **The runner**: whichever request leads a round, its forwards run on the batcher's one runner
-  thread (the leader waits for them), and the requests' own code between forwards runs with one
-  OpenMP thread (`threads.one_omp_thread`): on a multi-core CPU, OpenMP teams kept by many threads
-  made every forward about 1.3x slower (`engine/threads.py`).
+- **The runner**: whichever request leads a round, its forwards run on the engine's one runner
+  thread (`threads.Runner`; the leader waits for them), and the requests' own code between
+  forwards runs with one OpenMP thread (`threads.one_omp_thread`): on a multi-core CPU, OpenMP
+  teams kept by many threads made every forward about 1.3x slower (`engine/threads.py`).
 
 Results equal serial runs up to float rounding: each row sees only its own cache (see `batch.py`).
 """
@@ -42,7 +42,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +60,7 @@ from specguard_core.engine.rounds import (
     run_alone,
     run_together,
 )
-from specguard_core.engine.threads import one_omp_thread
+from specguard_core.engine.threads import Runner, one_omp_thread
 from specguard_core.engine.turns import SLICE_S, Waiter, lending, take
 
 
@@ -96,7 +95,7 @@ class Batcher:
     """One per engine: admission, the baton, and the rounds (see the module docstring)."""
 
     def __init__(self, max_batch_rows: int = 16, max_active_requests: int = 16,
-                 window_s: float = 0.05) -> None:
+                 window_s: float = 0.05, runner: Runner | None = None) -> None:
         self.max_batch_rows, self.max_active_requests = max_batch_rows, max_active_requests
         self.window_s = window_s
         self.stats = SchedulerStats()
@@ -110,18 +109,18 @@ class Batcher:
         self._cost: dict[int, float] = {}  # id(handle) -> seconds its part of the last round took
         self._last_event = time.monotonic()
         self._local = threading.local()
-        # the runner (see the module docstring); its worker thread starts with the first round
-        # and ends once the batcher is gone
-        self._runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specguard-rounds")
+        self.runner = runner or Runner()  # the rounds' thread (see the module docstring)
 
     @classmethod
-    def of(cls, config: EngineConfig) -> Batcher | None:
-        """The engine's batcher, or None when `config.batching` is off."""
+    def of(cls, config: EngineConfig, runner: Runner | None = None) -> Batcher | None:
+        """The engine's batcher (its rounds on `runner`, the engine's), or None when
+        `config.batching` is off."""
         if not config.batching:
             return None
         if problem := unsupported():
             raise ValueError(problem)
-        return cls(config.max_batch_rows, config.max_active_requests, config.batch_window_s)
+        return cls(config.max_batch_rows, config.max_active_requests, config.batch_window_s,
+                   runner)
 
     @property
     def active(self) -> int:
@@ -278,12 +277,7 @@ class Batcher:
         self._running = True
         self._cond.release()
         try:
-            round_ = self._runner.submit(self._run, calls)
-            try:
-                round_.result()
-            except BaseException:  # Ctrl-C in the leading thread, say: the round's forwards
-                wait([round_])  # write the requests' caches, so it always runs to its end
-                raise
+            self.runner.run(self._run, calls)
         finally:
             self._cond.acquire()
             self._running = False
@@ -348,8 +342,9 @@ class BatchingHandle(ModelHandle):
     """A `ModelHandle` whose forwards, inside a batched step, go through its `Batcher`'s rounds
     (outside one, e.g. a direct call, they run at once as `ModelHandle.forward`)."""
 
-    def __init__(self, model: Any, tokenizer: Any, batcher: Batcher, name: str = "") -> None:
-        super().__init__(model, tokenizer, name)
+    def __init__(self, model: Any, tokenizer: Any, batcher: Batcher, name: str = "",
+                 runner: Runner | None = None) -> None:
+        super().__init__(model, tokenizer, name, runner)
         self.batcher = batcher
 
     def forward(self, state: CacheState, input_ids: torch.Tensor, *, all_logits: bool = False,

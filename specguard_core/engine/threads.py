@@ -1,27 +1,32 @@
-"""Which threads run torch's parallel CPU ops (issue 19): one thread for a batching engine's
+"""Which threads run torch's parallel CPU ops (issue 19): one `Runner` thread for an engine's
 forwards, one OpenMP thread for the request threads around them.
 
 With an OpenMP build of torch (the CPU wheels link libgomp) every OS thread that runs a parallel op
 keeps its own team of OpenMP workers for the rest of its life, and once there are more of them than
 CPUs, libgomp stops letting idle workers spin: every op of every forward then puts its workers to
 sleep and wakes them. On the 2-core development VM that made an 8-row decode of the 0.5B draft
-1.33x slower (`benchmarks/omp_threads.py`, `benchmarks/results/omp-threads-cpu2core/`). A
-batching engine hands every forward to one runner thread (`scheduler.Batcher`), and its request
-threads run the code between forwards (sampling, acceptance, scoring: ops over a few rows of
-logits) inside `one_omp_thread()`, so no thread but the runner starts a team (1.05x). Both
+1.33x slower (`benchmarks/omp_threads.py`, `benchmarks/results/omp-threads-cpu2core/`). So an
+engine hands every forward of its CPU models to its one `Runner` thread (a batching engine's rounds
+run there too), and its request threads run the code between forwards (sampling, acceptance,
+scoring: ops over a few rows of logits) inside `one_omp_thread()`, so no thread but the runner
+starts a team (1.05x). Both
 OpenMP's own count and that of the MKL inside torch (its vector maths, e.g. `exp`, start OpenMP
 teams of MKL's count) are per-thread settings, so the runner keeps its threads meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 
 @cache
@@ -73,3 +78,34 @@ def one_omp_thread() -> Iterator[None]:
     finally:
         if mkl is not None:
             mkl(previous)  # 0: back to MKL's global count
+
+
+class Runner:
+    """One thread that runs the calls it is given, one at a time, for the threads that wait on
+    them (an engine's forwards: see the module docstring). Its thread starts with the first call
+    and ends once the runner is gone."""
+
+    def __init__(self, name: str = "specguard-forwards") -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._ident: int | None = None
+
+    def here(self) -> bool:
+        """Whether the calling thread is the runner's."""
+        return threading.get_ident() == self._ident
+
+    def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """`fn(*args, **kwargs)` on the runner's thread (at once when called there); its result or
+        its error. Interrupted while waiting (Ctrl-C), it still waits for the call to end before
+        raising: a forward writes the caller's caches, so it is never left half-run."""
+        if self.here():
+            return fn(*args, **kwargs)
+        job = self._pool.submit(self._call, fn, args, kwargs)
+        try:
+            return job.result()
+        except BaseException:
+            wait([job])
+            raise
+
+    def _call(self, fn: Callable[..., T], args: Any, kwargs: Any) -> T:
+        self._ident = threading.get_ident()
+        return fn(*args, **kwargs)

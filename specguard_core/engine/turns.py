@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
+from specguard_core.engine.threads import one_omp_thread
+
 SLICE_S = 0.05  # how often a waiting request looks at its cancel flag and deadline
 
 Lend = Callable[[], AbstractContextManager[None]]
@@ -92,7 +94,7 @@ class Turns:
 
         try:
             waiter.check()
-            with lending(lend):
+            with lending(lend), one_omp_thread():  # the forwards run on the engine's runner
                 yield
         finally:
             if held:

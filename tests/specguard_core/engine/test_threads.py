@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specguard_core.engine.threads import one_omp_thread
+from specguard_core.engine.threads import Runner, one_omp_thread
 
 OPENMP = "OpenMP" in torch.__config__.parallel_info() and Path("/proc/self/task").is_dir()
 
@@ -75,3 +75,47 @@ def test_other_threads_keep_their_count_meanwhile() -> None:
         inside.set()
         t.join()
     assert seen == [threads]
+
+
+def test_a_runner_runs_calls_on_its_one_thread_and_hands_back_results_and_errors() -> None:
+    runner = Runner()
+    ran_on = {runner.run(threading.get_ident) for _ in range(3)}
+    assert len(ran_on) == 1 and threading.get_ident() not in ran_on
+    assert not runner.here() and runner.run(runner.here)
+    assert runner.run(lambda: runner.run(threading.get_ident)) in ran_on  # on its thread: at once
+    with pytest.raises(ZeroDivisionError):
+        runner.run(lambda: 1 / 0)
+    assert runner.run(lambda x, y=0: x + y, 2, y=3) == 5  # and it still runs after an error
+
+
+def test_an_engine_runs_every_forward_of_its_cpu_models_on_its_runner(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without batching too: concurrent callers take turns, but none of them runs a forward."""
+    from specguard_core import SpecGuardEngine
+    from specguard_core.engine.handle import ModelHandle
+    from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
+
+    engine = SpecGuardEngine(*noisy_copy_pair(tmp_path))
+    assert engine.draft.runner is engine.runner and engine.target.runner is engine.runner
+    ran_on: set[int] = set()
+    forward = ModelHandle.forward
+
+    def record(self: ModelHandle, *args: object, **kw: object) -> object:
+        if self.runner is None or self.runner.here():  # where the forward itself runs
+            ran_on.add(threading.get_ident())
+        return forward(self, *args, **kw)
+
+    monkeypatch.setattr(ModelHandle, "forward", record)
+    callers: set[int] = set()
+
+    def call(prompt: str) -> None:
+        callers.add(threading.get_ident())
+        engine.generate(prompt, max_new_tokens=12, tau=1.0)
+
+    threads = [threading.Thread(target=call, args=(p,)) for p in ("Hi", "What is 3 + 4?")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    call("Hello")  # and from this thread
+    assert len(ran_on) == 1 and not ran_on & callers
