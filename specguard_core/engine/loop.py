@@ -70,6 +70,9 @@ class SpecGuardEngine:
         if isinstance(target_model, Target):
             check_vocab(draft_model, draft_tokenizer, "draft")
             self.target: Target = target_model
+            if isinstance(target_model, ModelHandle) and target_model.runner is None \
+                    and _on_cpu(target_model.model):  # a ready in-process handle: as our own
+                target_model.runner = self.runner
         else:
             check_pair(draft_model, draft_tokenizer, target_model, target_tokenizer)
             self.target = self._handle(target_model, target_tokenizer)
@@ -326,10 +329,10 @@ class SpecGuardEngine:
 
     # ---- helpers ---------------------------------------------------------------------------
     def _handle(self, model: Any, tokenizer: Any) -> ModelHandle:
-        """The handle of an in-process model; a CPU model's forwards run on the engine's runner
-        (on a GPU they stay in the calling thread: no OpenMP teams to keep apart)."""
-        on_cpu = next(model.parameters()).device.type == "cpu"
-        runner = self.runner if on_cpu else None
+        """The handle of an in-process model; a model with weights on the CPU runs its forwards
+        on the engine's runner (on a GPU alone they stay in the calling thread, except a batching
+        engine's rounds, which always run on the runner)."""
+        runner = self.runner if _on_cpu(model) else None
         if self.batcher is None:
             return ModelHandle(model, tokenizer, runner=runner)
         return BatchingHandle(model, tokenizer, self.batcher, runner=runner)
@@ -349,3 +352,7 @@ class SpecGuardEngine:
             self._selectors[key] = Selector(cfg.selector, cfg.sentence_transformer)
         return self._selectors[key]
 
+
+def _on_cpu(model: Any) -> bool:
+    """Whether any of `model`'s weights are on the CPU (a CPU model, or one offloaded in part)."""
+    return any(p.device.type == "cpu" for p in model.parameters())

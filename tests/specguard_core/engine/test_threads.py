@@ -4,8 +4,10 @@ thread's own setting comes back afterwards."""
 
 from __future__ import annotations
 
+import _thread
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,19 +64,23 @@ def test_ops_inside_start_no_openmp_team_and_the_setting_comes_back() -> None:
 
 
 def test_other_threads_keep_their_count_meanwhile() -> None:
-    threads = torch.get_num_threads()
-    inside, seen = threading.Event(), []
+    before, inside, done, seen = threading.Event(), threading.Event(), threading.Event(), []
 
     def other() -> None:
+        seen.append(torch.get_num_threads())  # this thread's count, set on its first use
+        before.set()
         inside.wait(10)
-        seen.append(torch.get_num_threads())
+        seen.append(torch.get_num_threads())  # while the test's thread is limited
+        done.set()
 
     t = threading.Thread(target=other)
     t.start()
+    before.wait(10)
     with one_omp_thread():
         inside.set()
-        t.join()
-    assert seen == [threads]
+        done.wait(10)
+    t.join(timeout=10)
+    assert len(seen) == 2 and seen[0] == seen[1] == torch.get_num_threads()
 
 
 def test_a_runner_runs_calls_on_its_one_thread_and_hands_back_results_and_errors() -> None:
@@ -86,6 +92,29 @@ def test_a_runner_runs_calls_on_its_one_thread_and_hands_back_results_and_errors
     with pytest.raises(ZeroDivisionError):
         runner.run(lambda: 1 / 0)
     assert runner.run(lambda x, y=0: x + y, 2, y=3) == 5  # and it still runs after an error
+
+
+def test_an_interrupted_caller_waits_for_its_call_to_end_or_takes_it_back() -> None:
+    """Ctrl-C while a forward runs must not leave it half-run; a call still queued is dropped."""
+    runner, events = Runner(), []
+
+    def slow(name: str) -> None:
+        time.sleep(0.3)
+        events.append(name)
+
+    blocker = threading.Thread(target=runner.run, args=(slow, "first"))
+    blocker.start()  # the runner is busy with it for 0.3 s
+    time.sleep(0.05)
+    threading.Timer(0.1, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(slow, "queued")  # interrupted while queued behind "first": taken back
+    blocker.join(timeout=5)
+    assert events == ["first"]
+    threading.Timer(0.1, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(slow, "running")  # interrupted while it runs: raised once it has ended
+    assert events == ["first", "running"]
+    assert runner.run(lambda: "still serving") == "still serving"
 
 
 def test_an_engine_runs_every_forward_of_its_cpu_models_on_its_runner(
@@ -107,15 +136,31 @@ def test_an_engine_runs_every_forward_of_its_cpu_models_on_its_runner(
 
     monkeypatch.setattr(ModelHandle, "forward", record)
     callers: set[int] = set()
+    errors: list[BaseException] = []
 
     def call(prompt: str) -> None:
         callers.add(threading.get_ident())
-        engine.generate(prompt, max_new_tokens=12, tau=1.0)
+        try:
+            engine.generate(prompt, max_new_tokens=12, tau=1.0)
+        except BaseException as err:  # noqa: BLE001 - handed to the test
+            errors.append(err)
 
     threads = [threading.Thread(target=call, args=(p,)) for p in ("Hi", "What is 3 + 4?")]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a caller hung"
     call("Hello")  # and from this thread
-    assert len(ran_on) == 1 and not ran_on & callers
+    assert not errors and len(ran_on) == 1 and not ran_on & callers
+
+
+def test_a_ready_cpu_target_handle_gets_the_engines_runner(tmp_path: Path) -> None:
+    from specguard_core import SpecGuardEngine
+    from specguard_core.engine.handle import ModelHandle
+    from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
+
+    draft, tok, target, target_tok = noisy_copy_pair(tmp_path)
+    handle = ModelHandle(target, target_tok)
+    engine = SpecGuardEngine(draft, tok, handle)
+    assert engine.target is handle and handle.runner is engine.runner
