@@ -136,15 +136,20 @@ def _serve(jobs: queue.SimpleQueue[_Job[Any] | None]) -> None:
     import torch
 
     while (job := jobs.get()) is not None:
-        if not job.start():
-            continue
-        try:
-            if job.threads and torch.get_num_threads() != job.threads:
-                torch.set_num_threads(job.threads)  # the callers' count changed since
-            job.result = job.fn()
-        except BaseException as err:  # handed to the waiting caller
-            job.error = err
-        job.done.set()
+        if job.start():
+            try:
+                if job.threads and torch.get_num_threads() != job.threads:
+                    torch.set_num_threads(job.threads)  # the callers' count changed since
+                job.result = job.fn()
+            except BaseException as err:  # handed to the waiting caller
+                job.error = err
+            job.fn = _done  # its closure holds the caller's model and caches: let them go
+            job.done.set()
+        del job  # nor keep the last one here while waiting for the next
+
+
+def _done() -> None:
+    return None
 
 
 def _stop(jobs: queue.SimpleQueue[_Job[Any] | None], thread: threading.Thread) -> None:
@@ -165,6 +170,7 @@ class Runner:
         self._jobs: queue.SimpleQueue[_Job[Any] | None] | None = None
         self._ident: int | None = None
         self._pid = 0
+        self.thread: threading.Thread | None = None  # the running thread, once started
 
     def here(self) -> bool:
         """Whether the calling thread is the runner's."""
@@ -198,7 +204,7 @@ class Runner:
                 thread = threading.Thread(target=_serve, args=(jobs,), name=self.name,
                                           daemon=True)
                 thread.start()
-                self._ident, self._pid = thread.ident, os.getpid()
+                self._ident, self._pid, self.thread = thread.ident, os.getpid(), thread
                 # the thread ends with the runner, or at exit once the program's own threads
                 # have (a thread left running torch while the interpreter ends aborts it)
                 weakref.finalize(self, _stop, jobs, thread)

@@ -164,3 +164,24 @@ def test_a_ready_cpu_target_handle_gets_the_engines_runner(tmp_path: Path) -> No
     handle = ModelHandle(target, target_tok)
     engine = SpecGuardEngine(draft, tok, handle)
     assert engine.target is handle and handle.runner is engine.runner
+
+
+def test_an_engine_and_its_models_are_freed_once_dropped(tmp_path: Path) -> None:
+    """The runner's thread must not keep the last forward (and so the models) alive."""
+    import gc
+    import weakref
+
+    from specguard_core import SpecGuardEngine
+    from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
+
+    draft, tok, target, target_tok = noisy_copy_pair(tmp_path)
+    engine = SpecGuardEngine(draft, tok, target, target_tok)
+    engine.generate("Hi", max_new_tokens=8)
+    thread = engine.runner.thread
+    assert thread is not None and thread.is_alive()
+    models = [weakref.ref(draft), weakref.ref(target)]
+    del engine, draft, target
+    gc.collect()
+    assert all(m() is None for m in models)
+    thread.join(timeout=5)  # and the runner's thread ends with it
+    assert not thread.is_alive()
