@@ -168,13 +168,13 @@ class Runner:
         self.name = name
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[_Job[Any] | None] | None = None
-        self._ident: int | None = None
-        self._pid = 0
+        self._pid = 0  # the process that started `thread` (a forked child starts its own)
         self.thread: threading.Thread | None = None  # the running thread, once started
 
     def here(self) -> bool:
         """Whether the calling thread is the runner's."""
-        return threading.get_ident() == self._ident and os.getpid() == self._pid
+        return (self.thread is not None and threading.get_ident() == self.thread.ident
+                and os.getpid() == self._pid)
 
     def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """`fn(*args, **kwargs)` on the runner's thread (at once when called there); its result or
@@ -204,7 +204,7 @@ class Runner:
                 thread = threading.Thread(target=_serve, args=(jobs,), name=self.name,
                                           daemon=True)
                 thread.start()
-                self._ident, self._pid, self.thread = thread.ident, os.getpid(), thread
+                self._pid, self.thread = os.getpid(), thread
                 # the thread ends with the runner, or at exit once the program's own threads
                 # have (a thread left running torch while the interpreter ends aborts it)
                 weakref.finalize(self, _stop, jobs, thread)
