@@ -34,8 +34,9 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer
 
-from specguard_core.engine.batch import extend_rows, try_rows
-from specguard_core.engine.handle import CacheState, ModelHandle
+from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.state import CacheState
+from specguard_core.concurrency.padded import extend_rows, try_rows
 from specguard_core.models.loading import load_model
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, resolve
 

@@ -43,9 +43,10 @@ from typing import Any
 
 import torch
 
-from specguard_core.engine.batch import forward_rows
-from specguard_core.engine.handle import CacheState, ModelHandle
-from specguard_core.engine.threads import one_omp_thread
+from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.state import CacheState
+from specguard_core.concurrency.cpu_runner import one_omp_thread
+from specguard_core.concurrency.padded import forward_rows
 
 ROWS = 8
 

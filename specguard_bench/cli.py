@@ -24,8 +24,8 @@ from specguard_core.config import (  # noqa: F401 (PRESETS, parse_value re-expor
     parse_value,
     positive_int,
 )
-from specguard_core.engine.remote_load import add_target_flags, target_flags
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specguard_core.remote.load import add_target_flags, target_flags
 
 
 def _csv(kind: type) -> Any:

@@ -30,7 +30,7 @@ class PairSettings:
     dtype: str = "bfloat16"
     sets: Mapping[str, Any] = field(default_factory=dict)
     heterogeneous: bool = False  # EngineConfig: a pair with different tokenizers
-    batching: bool = False  # EngineConfig: concurrent requests share forwards (engine/scheduler.py)
+    batching: bool = False  # EngineConfig: concurrent requests share forwards (concurrency/batcher.py)
     max_batch_rows: int | None = None  # EngineConfig.max_batch_rows with batching (None: default)
     progress: bool = True
 

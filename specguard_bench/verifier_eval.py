@@ -19,7 +19,7 @@ import numpy as np
 
 from specguard_bench.verifier_features import FeatureTable
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine.verifier import Scores, paper_score
+from specguard_core.engine.verify.verifier import Scores, paper_score
 
 
 def auroc(scores: np.ndarray, labels: np.ndarray) -> float | None:

@@ -4,7 +4,7 @@ with the engine's own attention capture and signal code, cached as float16/float
 The prompt is the bench's (chat template over `messages_for(problem)`); the solution follows as the
 steps, each tokenized on its own with the step delimiter appended (except the last), so a step's
 tokens are exactly what the engine would have fed had the draft written that step after that
-prefix. Signals per step come from `specguard_core.engine.signals` exactly as `target_scores` and
+prefix. Signals per step come from `specguard_core.engine.verify.signals` exactly as `target_scores` and
 the proposer compute them while generating: log-probs of the step tokens, attention rows of the
 step's tokens sparsified over the full row and cut to the step's columns, mean hidden state of a
 layer over the step's tokens (`Candidate.pooled`).
@@ -23,11 +23,12 @@ import torch
 
 from specguard_bench.data import messages_for
 from specguard_bench.verifier_data import LabelledSolution
-from specguard_core.engine import capture, signals
-from specguard_core.engine.capture import AttentionRecorder
-from specguard_core.engine.chat import render_prompt
-from specguard_core.engine.handle import ModelHandle
-from specguard_core.engine.probe import fingerprint
+from specguard_core.cache import capture
+from specguard_core.cache.capture import AttentionRecorder
+from specguard_core.cache.handle import ModelHandle
+from specguard_core.engine.verify import signals
+from specguard_core.engine.verify.cards import fingerprint
+from specguard_core.text.chat import render_prompt
 
 DELIMITER = "\n\n"
 CAPTURE_LAST = 6  # attention rows of the last 6 layers: the paper's 3 plus variants

@@ -17,7 +17,7 @@ import numpy as np
 
 from specguard_bench.verifier_eval import auroc, length_controlled_auroc
 from specguard_bench.verifier_features import FeatureTable
-from specguard_core.engine.probe import Fingerprint, VerifierCard
+from specguard_core.engine.verify.cards import Fingerprint, VerifierCard
 
 RUNTIME_SCALARS = ("confidence", "grounding", "mean_logprob", "n_tokens")
 # the same without grounding: a card that reads no attention lets the draft skip attention capture

@@ -22,8 +22,8 @@ _EXPORTS = {
     "ToolCall": "specguard_core.types",
     "GenerationStream": "specguard_core.engine.stream",
     "SpecGuardEngine": "specguard_core.engine.loop",
-    "RemoteTarget": "specguard_core.engine.remote",
-    "RemoteTargetError": "specguard_core.engine.remote_http",
+    "RemoteTarget": "specguard_core.remote.target",
+    "RemoteTargetError": "specguard_core.remote.http",
 }
 __all__ = [
     "EngineConfig",
@@ -42,9 +42,9 @@ __all__ = [
 if TYPE_CHECKING:
     from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, preset
     from specguard_core.engine.loop import SpecGuardEngine
-    from specguard_core.engine.remote import RemoteTarget
-    from specguard_core.engine.remote_http import RemoteTargetError
     from specguard_core.engine.stream import GenerationStream
+    from specguard_core.remote.http import RemoteTargetError
+    from specguard_core.remote.target import RemoteTarget
     from specguard_core.types import GenerationResult, StepRecord, ToolCall
 
 

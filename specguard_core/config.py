@@ -232,7 +232,7 @@ class EngineConfig(BaseModel):
                                 "steps cross between them as text")
     batching: bool = Field(False, description="concurrent requests share forwards: each model "
                            "forward of every active request waits for a scheduling round, which runs "
-                           "the waiting calls as one padded forward per model (engine/scheduler.py); "
+                           "the waiting calls as one padded forward per model (concurrency/batcher.py); "
                            "off: requests take turns step by step")
     max_batch_rows: int = Field(16, ge=1, description="batching: most request rows in one forward "
                                 "(more waiting rows run as further forwards of the same round)")

@@ -206,8 +206,8 @@ def check_placement(owner: str, options: Mapping[str, Any], target: str | None =
     """The devices and dtypes the adapter would load with, checked at construction (a typo fails
     now, naming the option, not at the first call); a served `target` (a URL) takes no target
     placement options."""
-    from specguard_core.engine.remote_load import draft_options, is_url
     from specguard_core.models.loading import per_model
+    from specguard_core.remote.load import draft_options, is_url
 
     if target is not None and is_url(target):
         try:

@@ -33,9 +33,9 @@ from typing_extensions import Self
 
 from specguard_core import EngineConfig, GenerationResult, SpecGuardConfig, SpecGuardEngine
 from specguard_core.engine.aio import iterate_in_thread
-from specguard_core.engine.formats import with_instruction
 from specguard_core.engine.loop import GenerationStream
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, resolve
+from specguard_core.text.formats import with_instruction
 from specguard_core.types import StepRecord
 from specguard_integrations.common import (
     KNOBS,
@@ -304,7 +304,7 @@ class ChatSpecGuard(BaseChatModel):
     def get_num_tokens_from_messages(self, messages: list[BaseMessage],
                                      tools: Sequence[Any] | None = None) -> int:
         """Prompt tokens as the chat template renders the conversation (and tools)."""
-        from specguard_core.engine.chat import check_tools, normalise_messages, render_prompt
+        from specguard_core.text.chat import check_tools, normalise_messages, render_prompt
 
         tokenizer = self._local_tokenizer()
         text = render_prompt(tokenizer, normalise_messages([to_engine_message(m)

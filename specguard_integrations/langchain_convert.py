@@ -22,8 +22,8 @@ from langchain_core.messages.tool import invalid_tool_call, tool_call, tool_call
 from langchain_core.utils.function_calling import convert_to_json_schema
 
 from specguard_core import GenerationResult, StepRecord, ToolCall
-from specguard_core.engine import formats
-from specguard_core.engine.steps import StepRules, strip_markers
+from specguard_core.text import formats
+from specguard_core.text.steps import StepRules, strip_markers
 
 _RULES = StepRules()
 _SKIPPED_BLOCKS = {"reasoning", "thinking", "redacted_thinking", "tool_use", "tool_call",

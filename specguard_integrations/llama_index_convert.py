@@ -20,7 +20,7 @@ from llama_index.core.base.llms.types import (
 )
 from llama_index.core.llms.llm import ToolSelection
 
-from specguard_core.engine.steps import StepRules, strip_markers
+from specguard_core.text.steps import StepRules, strip_markers
 from specguard_core.types import GenerationResult, StepRecord, ToolCall
 
 EngineMessage = dict[str, Any]

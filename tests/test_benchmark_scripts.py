@@ -65,7 +65,7 @@ def test_sd_run_policies_replay_counts_drafts_and_passes() -> None:
 
 
 def test_omp_threads_times_each_setting(tmp_path: Path) -> None:
-    from specguard_core.engine.handle import ModelHandle
+    from specguard_core.cache.handle import ModelHandle
     from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
 
     omp = _load("omp_threads")

@@ -1,7 +1,7 @@
 """The import graph: layers without upward arrows, no cycles, frameworks only where they belong.
 
-Every `import` statement in the packages counts (also those inside functions), except imports
-under `if TYPE_CHECKING:`, which never run.
+Every `import` statement in the packages counts: those inside functions and those under
+`if TYPE_CHECKING:` too (a type-level cycle is still a cycle a reader has to untangle).
 """
 
 from __future__ import annotations
@@ -19,26 +19,29 @@ PACKAGES = ("specguard", "specguard_core", "specguard_bench", "specguard_integra
 # Lower number = lower layer; a module may import its own layer or lower ones only.
 CORE_LAYERS = {
     "specguard_core.config": 0, "specguard_core.types": 0, "specguard_core.verifiers": 0,
+    # the folders' own __init__ modules import nothing
+    "specguard_core.text": 0, "specguard_core.concurrency": 0, "specguard_core.cache": 0,
+    "specguard_core.remote": 0, "specguard_core.engine.verify": 0,
     "specguard_core.models": 1,
-    "specguard_core.engine.signals": 2, "specguard_core.engine.steps": 2,
-    "specguard_core.engine.chat": 2, "specguard_core.engine.schema": 2,
-    "specguard_core.engine.formats": 2, "specguard_core.engine.sampling": 2,
-    "specguard_core.engine.turns": 2, "specguard_core.engine.threads": 2,
-    "specguard_core.engine.capture": 3, "specguard_core.engine.handle": 3,
-    "specguard_core.engine.remote_http": 3,
-    "specguard_core.engine.batch": 4,
-    "specguard_core.engine.scheduler": 5, "specguard_core.engine.rounds": 5,
-    "specguard_core.engine.proposer": 4, "specguard_core.engine.selector": 4,
-    "specguard_core.engine.probe": 4, "specguard_core.engine.verifier": 4,
-    "specguard_core.engine.speculative": 4, "specguard_core.engine.target": 4,
-    "specguard_core.engine.remote": 4, "specguard_core.engine.remote_load": 5,
-    "specguard_core.engine.request": 5, "specguard_core.engine.fallback": 5,
-    "specguard_core.engine.stream": 5, "specguard_core.engine.check": 5,
-    "specguard_core.engine.judge": 5,
-    "specguard_core.engine.loop": 6, "specguard_core.engine.aio": 6,
-    "specguard_core.engine": 7,  # the package's lazy re-exports
-    "specguard_core.testing": 8,
-    "specguard_core": 9,  # the package's lazy re-exports
+    "specguard_core.text.steps": 1, "specguard_core.text.chat": 1,
+    "specguard_core.text.schema": 1, "specguard_core.text.formats": 1,
+    "specguard_core.concurrency.cpu_runner": 2, "specguard_core.concurrency.turns": 2,
+    "specguard_core.engine.verify.signals": 2, "specguard_core.engine.sampling": 2,
+    "specguard_core.cache.capture": 3, "specguard_core.cache.state": 3,
+    "specguard_core.cache.handle": 3,
+    "specguard_core.concurrency.padded": 4, "specguard_core.remote.http": 4,
+    "specguard_core.engine.proposer": 5, "specguard_core.engine.selector": 5,
+    "specguard_core.engine.speculative": 5,
+    "specguard_core.engine.verify.cards": 5, "specguard_core.engine.verify.verifier": 5,
+    "specguard_core.concurrency.rounds": 6, "specguard_core.concurrency.batcher": 6,
+    "specguard_core.remote.target": 6,
+    "specguard_core.engine.request": 7, "specguard_core.engine.fallback": 7,
+    "specguard_core.engine.stream": 7, "specguard_core.engine.check": 7,
+    "specguard_core.engine.judge": 7, "specguard_core.remote.load": 7,
+    "specguard_core.engine.loop": 8, "specguard_core.engine.aio": 8,
+    "specguard_core.engine": 9,  # the package's lazy re-exports and the moved modules' old paths
+    "specguard_core.testing": 10,
+    "specguard_core": 11,  # the package's lazy re-exports
 }
 PACKAGE_LAYERS = {"specguard_core": 0, "specguard_integrations": 1, "specguard_bench": 1,
                   "specguard": 2}
@@ -53,22 +56,10 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
 
 
-def _type_checking_lines(tree: ast.AST) -> set[int]:
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
-    return lines
-
-
 def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
     tree = ast.parse(path.read_text())
-    skip = _type_checking_lines(tree)
     found: set[str] = set()
     for node in ast.walk(tree):
-        if getattr(node, "lineno", None) in skip:
-            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -145,3 +136,27 @@ def test_cli_help_does_not_load_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_folders_stay_small() -> None:
+    core = ROOT / "specguard_core"
+    sizes = {d: len(list(d.glob("*.py"))) for d in [core, *core.rglob("*")]
+             if d.is_dir() and (d / "__init__.py").exists()}
+    assert len(sizes) >= 6
+    big = {str(d.relative_to(ROOT)): n for d, n in sizes.items() if n > 13}
+    assert not big, f"split these folders by concern: {big}"
+
+
+def test_moved_engine_modules_keep_their_old_path_with_a_warning() -> None:
+    code = ("import warnings; warnings.simplefilter('error');\n"
+            "try:\n import specguard_core.engine.handle\nexcept DeprecationWarning as e: print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
+    assert "moved to specguard_core.cache.handle" in out.stdout
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = importlib.import_module("specguard_core.engine.steps")
+    assert old is importlib.import_module("specguard_core.text.steps")

@@ -10,8 +10,8 @@ import argparse
 from typing import Any
 
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, parse_sets, preset
-from specguard_core.engine.remote_load import add_target_flags, target_flags
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specguard_core.remote.load import add_target_flags, target_flags
 from specguard_core.types import GenerationResult, StepRecord
 
 _DTYPES = ["auto", "bfloat16", "float16", "float32"]
@@ -145,9 +145,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from specguard_core.engine.chat import normalise_messages
     from specguard_core.engine.loop import SpecGuardEngine
     from specguard_core.models.loading import resolve_device
+    from specguard_core.text.chat import normalise_messages
 
     console = Console(stderr=False)
     cfg = _config(args)

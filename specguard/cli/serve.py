@@ -109,7 +109,7 @@ def _batching(args: argparse.Namespace) -> bool:
     code (`--trust-remote-code`) or this transformers cannot batch (said on stderr)."""
     if args.batching is not None:
         return bool(args.batching)
-    from specguard_core.engine.scheduler import unsupported
+    from specguard_core.concurrency.batcher import unsupported
 
     why = ("--trust-remote-code: a model's own code may ignore the padding masks batching needs"
            if args.trust_remote_code else unsupported())

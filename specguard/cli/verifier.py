@@ -61,7 +61,7 @@ def _features(args: argparse.Namespace, folder: Path) -> tuple[Any, int]:
 
     from specguard_bench.verifier_data import load_labelled
     from specguard_bench.verifier_features import extract, load_features
-    from specguard_core.engine.handle import ModelHandle
+    from specguard_core.cache.handle import ModelHandle
     from specguard_core.models.loading import load_model
 
     if args.limit is not None and args.limit < 1:
@@ -88,7 +88,7 @@ def _config(args: argparse.Namespace) -> Any:
 def _default_scorer(table: Any) -> str | None:
     """The scorer marked default: the paper's r, unless a card ships for the scored model (then
     `verifier="auto"` uses that card, which is not one of the tables' rows)."""
-    from specguard_core.engine.probe import Fingerprint, shipped_card_for
+    from specguard_core.engine.verify.cards import Fingerprint, shipped_card_for
 
     card = shipped_card_for(Fingerprint.model_validate(table.meta["fingerprint"]))
     if card is None:

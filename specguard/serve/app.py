@@ -37,10 +37,10 @@ from specguard.serve.protocol import (
 )
 from specguard.serve.slots import APIError, ClientGone, EventStream, Lease, Slots
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine import formats
 from specguard_core.engine.aio import iterate_in_thread
-from specguard_core.engine.chat import InputError
-from specguard_core.engine.remote_http import RemoteTargetError
+from specguard_core.remote.http import RemoteTargetError
+from specguard_core.text import formats
+from specguard_core.text.chat import InputError
 from specguard_core.types import GenerationResult
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from typing import Any
 
 from specguard.serve.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine.chat import InputError
-from specguard_core.engine.steps import StepRules, strip_markers
+from specguard_core.text.chat import InputError
+from specguard_core.text.steps import StepRules, strip_markers
 from specguard_core.types import FinishReason, GenerationResult, StepRecord, ToolCall
 
 _RULES = StepRules()

@@ -1,24 +1,35 @@
-"""The algorithm: pure maths and text (`signals`, `steps`, `chat`), model handles and caches
-(`capture`, `handle`), the phases (`proposer`, `selector`, `verifier`), per-request bookkeeping
-(`request`) and the step loop (`loop`: `SpecGuardEngine`). `aio` bridges streams to asyncio.
+"""The algorithm: the step loop (`loop`: `SpecGuardEngine`), its per-request state (`request`),
+the draft's proposal (`proposer`) and the choice among candidates (`selector`), sampling
+(`sampling`), the target's check of a draft step (`speculative`: acceptance rules; `check`: the
+check that grows while the draft writes), the target's fallback (`fallback`), the verifier's glue
+(`judge`, over `verify/`), the step stream (`stream`) and its asyncio bridge (`aio`).
 
-`SpecGuardEngine` and `GenerationStream` are exported lazily (importing `engine.steps` alone does
-not load torch).
+`SpecGuardEngine` and `GenerationStream` are exported lazily (importing a module of the package
+alone does not load the engine). Modules that moved out of this package keep their old import
+path for one release, with a `DeprecationWarning` (`_moved.py`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from specguard_core.engine import _moved
+
 if TYPE_CHECKING:
-    from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
+    from specguard_core.engine.loop import SpecGuardEngine
+    from specguard_core.engine.stream import GenerationStream
 
 __all__ = ["GenerationStream", "SpecGuardEngine"]
+_moved.install()
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from specguard_core.engine import loop
+    if name == "SpecGuardEngine":
+        from specguard_core.engine.loop import SpecGuardEngine
 
-        return getattr(loop, name)
-    raise AttributeError(f"module 'specguard_core.engine' has no attribute {name!r}")
+        return SpecGuardEngine
+    if name == "GenerationStream":
+        from specguard_core.engine.stream import GenerationStream
+
+        return GenerationStream
+    return _moved.attribute(name)

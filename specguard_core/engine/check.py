@@ -21,12 +21,12 @@ import math
 import time
 from dataclasses import dataclass
 
+from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.state import CacheState, Target, TentativePass
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine.handle import CacheState, ModelHandle, TentativePass
-from specguard_core.engine.remote import RemoteTarget
 from specguard_core.engine.request import Request
 from specguard_core.engine.speculative import checked_prefix, draft_doubts
-from specguard_core.engine.target import Target
+from specguard_core.remote.target import RemoteTarget
 
 
 @dataclass

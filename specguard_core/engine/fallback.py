@@ -22,12 +22,13 @@ Both end with each cache holding the committed ids (or with them pending), never
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import torch
 
-from specguard_core.engine.chat import forced_call_prefix
-from specguard_core.engine.handle import CacheState, ModelHandle, TentativePass
-from specguard_core.engine.proposer import Proposal, SampleSpec, StepText
+from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.state import CacheState, Target, TentativePass
+from specguard_core.engine.proposer import Proposal, SampleSpec, StepText, propose
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.sampling import Shaping, nucleus_probs, sample_with_probs
 from specguard_core.engine.selector import Selector
@@ -37,9 +38,29 @@ from specguard_core.engine.speculative import (
     draft_doubts,
     next_token,
 )
-from specguard_core.engine.target import Target, write_step
+from specguard_core.text.chat import forced_call_prefix
 
 Convert = Callable[[list[int], Target, Target], list[int]]
+
+
+@runtime_checkable
+class StepWriter(Protocol):
+    """A target that generates a whole step itself (a serving engine), instead of the loop
+    decoding it token by token."""
+
+    def write_step(self, state: CacheState, spec: SampleSpec, generator: torch.Generator,
+                   prior: str = "", check: Callable[[], None] | None = None) -> Proposal: ...
+
+
+def write_step(target: Target, state: CacheState, spec: SampleSpec, generator: torch.Generator,
+               prior: str = "", check: Callable[[], None] | None = None) -> Proposal:
+    """`spec.k` candidate steps written by the target after `state`'s prefix (end the `Proposal`
+    with keep or discard), by the target itself when it is a `StepWriter`, else by `propose`."""
+    if isinstance(target, StepWriter):
+        return target.write_step(state, spec, generator, prior, check)
+    assert isinstance(target, ModelHandle), f"{type(target).__name__} cannot write steps"
+    return propose(target, state, spec, generator, prior, check=check)
+
 
 
 def generated(proposal: Proposal) -> int:

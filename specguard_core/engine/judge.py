@@ -11,17 +11,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specguard_core.cache import capture
+from specguard_core.cache.capture import AttentionRecorder
+from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.state import Target, TentativePass
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine import capture
-from specguard_core.engine.capture import AttentionRecorder
-from specguard_core.engine.handle import ModelHandle, TentativePass
-from specguard_core.engine.probe import Cards
 from specguard_core.engine.proposer import Candidate, SampleSpec
 from specguard_core.engine.request import Request
 from specguard_core.engine.sampling import Shaping
 from specguard_core.engine.selector import Selector
-from specguard_core.engine.target import Target
-from specguard_core.engine.verifier import Verdict, draft_scores, structural_check, target_scores, verify
+from specguard_core.engine.verify.cards import Cards
+from specguard_core.engine.verify.verifier import (
+    Verdict,
+    draft_scores,
+    structural_check,
+    target_scores,
+    verify,
+)
 from specguard_core.types import StepKind
 
 

@@ -18,8 +18,25 @@ from typing import Any
 
 import torch
 
+from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.state import Target, TentativePass
+from specguard_core.concurrency.batcher import Batcher, BatchingHandle
+from specguard_core.concurrency.cpu_runner import Runner
+from specguard_core.concurrency.turns import Turns
 from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, default_config
-from specguard_core.engine.chat import (
+from specguard_core.engine.check import GrowingCheck
+from specguard_core.engine.fallback import generated, regenerate, speculate
+from specguard_core.engine.judge import Judge
+from specguard_core.engine.proposer import Proposal, propose
+from specguard_core.engine.request import Phases, Request, Step
+from specguard_core.engine.selector import Selector
+from specguard_core.engine.speculative import checked_prefix
+from specguard_core.engine.stream import GenerationStream
+from specguard_core.engine.verify.signals import percentile_bounds
+from specguard_core.engine.verify.verifier import Verdict
+from specguard_core.models.loading import check_pair, check_vocab
+from specguard_core.remote.target import check_served_target
+from specguard_core.text.chat import (
     InputError,
     Message,
     ToolChoice,
@@ -29,25 +46,8 @@ from specguard_core.engine.chat import (
     required_tool,
     token_bytes,
 )
-from specguard_core.engine.check import GrowingCheck
-from specguard_core.engine.fallback import generated, regenerate, speculate
-from specguard_core.engine.formats import ResponseFormat
-from specguard_core.engine.handle import ModelHandle, TentativePass
-from specguard_core.engine.judge import Judge
-from specguard_core.engine.proposer import Proposal, propose
-from specguard_core.engine.remote import check_served_target
-from specguard_core.engine.request import Phases, Request, Step
-from specguard_core.engine.scheduler import Batcher, BatchingHandle
-from specguard_core.engine.selector import Selector
-from specguard_core.engine.signals import percentile_bounds
-from specguard_core.engine.speculative import checked_prefix
-from specguard_core.engine.steps import StepRules, step_kind
-from specguard_core.engine.stream import GenerationStream
-from specguard_core.engine.target import Target
-from specguard_core.engine.threads import Runner
-from specguard_core.engine.turns import Turns
-from specguard_core.engine.verifier import Verdict
-from specguard_core.models.loading import check_pair, check_vocab
+from specguard_core.text.formats import ResponseFormat
+from specguard_core.text.steps import StepRules, step_kind
 from specguard_core.types import Cancelled, GenerationResult, StepKind, StepPath, StepRecord
 
 
@@ -55,7 +55,7 @@ class SpecGuardEngine:
     """Draft + target pair. Concurrent requests take turns step by step (a lock held for one
     step, never while a caller holds a stream), each with its own state, so concurrent callers get
     exactly what serial calls would. With `EngineConfig(batching=True)` they share forwards
-    instead (`engine/scheduler.py`): `batcher` admits them and batches their waiting forwards."""
+    instead (`concurrency/batcher.py`): `batcher` admits them and batches their waiting forwards."""
 
     def __init__(self, draft_model: Any, draft_tokenizer: Any, target_model: Any,
                  target_tokenizer: Any = None, *, config: SpecGuardConfig | None = None,
@@ -98,9 +98,9 @@ class SpecGuardEngine:
         A `target` URL (`http://HOST:PORT/v1`) is a model on a vLLM server: the draft loads here,
         the target is reached over HTTP (keywords `target_model`, `target_tokenizer`,
         `target_timeout`, `target_api_key`, `target_top_logprobs`; see
-        `specguard_core.engine.remote_load`)."""
-        from specguard_core.engine.remote_load import REMOTE_OPTIONS, is_url, load_remote_engine
+        `specguard_core.remote.load`)."""
         from specguard_core.models.loading import load_engine
+        from specguard_core.remote.load import REMOTE_OPTIONS, is_url, load_remote_engine
 
         remote = {k: v for k in REMOTE_OPTIONS if (v := kwargs.pop(k, None)) is not None}
         if is_url(target):

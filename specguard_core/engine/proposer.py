@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from specguard_core.engine.capture import AttentionRecorder
-from specguard_core.engine.handle import CacheState, ModelHandle
+from specguard_core.cache.capture import AttentionRecorder
+from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.state import CacheState
 from specguard_core.engine.sampling import NO_SHAPING, Shaping, sample_with_probs
-from specguard_core.engine.signals import sparsify_rows
-from specguard_core.engine.steps import StepRules, step_end
+from specguard_core.engine.verify.signals import sparsify_rows
+from specguard_core.text.steps import StepRules, step_end
 
 if TYPE_CHECKING:
-    from specguard_core.engine.target import Target
+    from specguard_core.cache.state import Target
 
 EndReason = Literal["boundary", "eos", "budget", "refused"]  # refused: a watcher stopped it early
 Added = Literal["fed", "eos", "before"]

@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
+from specguard_core.cache.state import CacheState
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine.chat import parse_tool_call
-from specguard_core.engine.formats import ResponseFormat
-from specguard_core.engine.handle import CacheState
-from specguard_core.engine.steps import StepRules, call_closed, step_kind, strip_markers
-from specguard_core.engine.verifier import Verdict
+from specguard_core.engine.verify.verifier import Verdict
+from specguard_core.text.chat import parse_tool_call
+from specguard_core.text.formats import ResponseFormat
+from specguard_core.text.steps import StepRules, call_closed, step_kind, strip_markers
 from specguard_core.types import (
     Cancelled,
     FinishReason,

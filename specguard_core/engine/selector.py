@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from specguard_core.engine.proposer import Candidate
-from specguard_core.engine.signals import soft_medoid
+from specguard_core.engine.verify.signals import soft_medoid
 
 
 class Selector:

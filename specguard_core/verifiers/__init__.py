@@ -1,5 +1,5 @@
 """Verifier cards shipped with the package (JSON, one per model they were trained on), found by
-`verifier="auto"` (`specguard_core.engine.probe.shipped_card`). Importing this loads no torch."""
+`verifier="auto"` (`specguard_core.engine.verify.cards.shipped_card`). Importing this loads no torch."""
 
 from pathlib import Path
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from specguard_core.engine.chat import InputError, check_tools, normalise_messages, required_tool
 from specguard_core.engine.loop import SpecGuardEngine
+from specguard_core.text.chat import InputError, check_tools, normalise_messages, required_tool
 from tests.reliability.reliability_helpers import WEATHER
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from specguard_core.engine.chat import check_tools, parse_tool_call
 from specguard_core.engine.loop import SpecGuardEngine
-from specguard_core.engine.steps import StepRules, is_bare_call, segment, step_end
+from specguard_core.text.chat import check_tools, parse_tool_call
+from specguard_core.text.steps import StepRules, is_bare_call, segment, step_end
 from tests.reliability.reliability_helpers import CALLS, WEATHER
 
 BIG = {"max_step_tokens": 3000, "max_new_tokens": 3000}  # room for a 1,200-deep call in one step

@@ -10,7 +10,7 @@ import pytest
 
 from specguard.cli import main
 from specguard_core.engine.loop import SpecGuardEngine
-from tests.specguard_core.engine.vllm_helpers import free_port, served_target
+from tests.specguard_core.remote.vllm_helpers import free_port, served_target
 
 
 def test_run_with_a_target_url(pair_dirs: tuple[Path, Path],

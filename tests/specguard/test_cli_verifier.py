@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from specguard.cli.verifier import _default_scorer
-from specguard_core.engine.probe import VerifierCard
+from specguard_core.engine.verify.cards import VerifierCard
 from specguard_core.verifiers import SHIPPED_DIR
 
 

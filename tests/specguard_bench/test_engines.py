@@ -18,10 +18,10 @@ from specguard_bench.engines import Engines, PairSettings, ServedTarget
 from specguard_bench.harness import BenchSettings, run_bench
 from specguard_bench.store import RESULTS, RUN, load_rows
 from specguard_core.engine.loop import SpecGuardEngine
-from specguard_core.engine.remote import RemoteTarget
+from specguard_core.remote.target import RemoteTarget
 from tests.specguard.serve.serve_helpers import live_server
 from tests.specguard_bench.bench_helpers import local_engine, scripted_pair, target_reply
-from tests.specguard_core.engine.vllm_helpers import FakeVLLM
+from tests.specguard_core.remote.vllm_helpers import FakeVLLM
 
 
 @pytest.fixture(scope="module")

@@ -20,14 +20,14 @@ from specguard_bench.verifier_features import (
     scalar_names,
     teacher_force_ids,
 )
+from specguard_core.cache import capture
+from specguard_core.cache.handle import ModelHandle
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine import capture
-from specguard_core.engine.handle import ModelHandle
 from specguard_core.engine.loop import SpecGuardEngine
-from specguard_core.engine.probe import Fingerprint, VerifierCard, fingerprint, load_probe
 from specguard_core.engine.proposer import SampleSpec, propose
-from specguard_core.engine.steps import StepRules
-from specguard_core.engine.verifier import draft_scores
+from specguard_core.engine.verify.cards import Fingerprint, VerifierCard, fingerprint, load_probe
+from specguard_core.engine.verify.verifier import draft_scores
+from specguard_core.text.steps import StepRules
 
 
 def test_auroc_matches_sklearn() -> None:

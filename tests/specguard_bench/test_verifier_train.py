@@ -22,7 +22,7 @@ from specguard_bench.verifier_train import (
     search,
     threshold_for_precision,
 )
-from specguard_core.engine.probe import Probe, VerifierCard
+from specguard_core.engine.verify.cards import Probe, VerifierCard
 
 D = 8
 

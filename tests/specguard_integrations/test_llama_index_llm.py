@@ -21,8 +21,8 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 from pydantic import BaseModel
 
-from specguard_core.engine.chat import InputError
 from specguard_core.engine.loop import SpecGuardEngine
+from specguard_core.text.chat import InputError
 from specguard_integrations.llama_index import (
     SpecGuardLLM,
     to_engine_messages,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specguard_core.engine.remote import RemoteTarget
-from tests.specguard_core.engine.vllm_helpers import served_target
+from specguard_core.remote.target import RemoteTarget
+from tests.specguard_core.remote.vllm_helpers import served_target
 
 pytest.importorskip("langchain_core")
 pytest.importorskip("llama_index.core")

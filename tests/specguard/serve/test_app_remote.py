@@ -14,9 +14,9 @@ pytest.importorskip("uvicorn")
 
 from specguard.serve.app import create_app  # noqa: E402
 from specguard_core import SpecGuardConfig, SpecGuardEngine  # noqa: E402
-from specguard_core.engine.remote import RemoteTarget  # noqa: E402
+from specguard_core.remote.target import RemoteTarget  # noqa: E402
 from tests.specguard.serve.serve_helpers import live_server, sse_events  # noqa: E402
-from tests.specguard_core.engine.vllm_helpers import FakeVLLM  # noqa: E402
+from tests.specguard_core.remote.vllm_helpers import FakeVLLM  # noqa: E402
 
 
 def test_a_target_server_that_went_away_is_a_502(tiny_pair: Any) -> None:

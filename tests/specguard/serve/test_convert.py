@@ -11,8 +11,8 @@ import pytest
 from specguard.serve import convert
 from specguard.serve.protocol import ChatCompletionRequest, ChatMessage
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine import formats
-from specguard_core.engine.chat import InputError
+from specguard_core.text import formats
+from specguard_core.text.chat import InputError
 from specguard_core.types import StepRecord, ToolCall
 
 

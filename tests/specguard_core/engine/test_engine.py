@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
-from specguard_core.engine.chat import InputError
 from specguard_core.testing import build_tokenizer
+from specguard_core.text.chat import InputError
 from specguard_core.types import GenerationResult
 from tests.fixtures import build_model
 
@@ -159,7 +159,8 @@ def test_calibrate_fits_and_saves_bounds(engine: SpecGuardEngine, tmp_path: Path
 
 def test_beta_one_skips_attention_capture(engine: SpecGuardEngine,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from specguard_core.engine import proposer, verifier
+    from specguard_core.engine import proposer
+    from specguard_core.engine.verify import verifier
 
     made: list[object] = []
     real = proposer.AttentionRecorder

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import torch
 
-from specguard_core.engine.handle import ModelHandle
+from specguard_core.cache.handle import ModelHandle
 from specguard_core.engine.proposer import SampleSpec, propose
 from specguard_core.engine.sampling import nucleus_probs, sample_tokens, sample_with_probs
-from specguard_core.engine.steps import StepRules
+from specguard_core.text.steps import StepRules
 from tests.specguard_core.engine.stats_helpers import chi_square_p
 
 

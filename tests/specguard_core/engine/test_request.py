@@ -65,9 +65,9 @@ def test_either_model_out_of_room_ends_with_length() -> None:
     request stops with `length` instead of proposing empty steps past the draft's window."""
     import torch
 
-    from specguard_core.engine.handle import CacheState
+    from specguard_core.cache.state import CacheState
     from specguard_core.engine.request import Request, Step
-    from specguard_core.engine.steps import StepRules
+    from specguard_core.text.steps import StepRules
 
     def request(draft_len: int, target_len: int) -> Request:
         req = Request(cfg=SpecGuardConfig(max_new_tokens=100), tools=[], required=None,

@@ -1,0 +1,3 @@
+"""Model handles and their KV caches: the shared cache types and the `Target` protocol (`state`),
+the in-process model handle, the one place caches are extended, forked, rolled back and caught up
+(`handle`), and attention capture (`capture`)."""

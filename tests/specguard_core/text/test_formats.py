@@ -1,0 +1,54 @@
+"""`ResponseFormat.of` (the forms callers pass) and `check_answer` (the structural check of an
+answer under a response format)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specguard_core.text.formats import ResponseFormat, check_answer
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+FMT = ResponseFormat(PERSON)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, None), ("text", None), ({"type": "text"}, None),
+    ("json", ResponseFormat()), ({"type": "json_object"}, ResponseFormat()),
+    ({"type": "json_schema", "json_schema": {"name": "Person", "schema": PERSON}},
+     ResponseFormat(PERSON, "Person")),
+    (PERSON, ResponseFormat(PERSON)),
+])
+def test_the_forms_callers_pass(value: object, expected: ResponseFormat | None) -> None:
+    assert ResponseFormat.of(value) == expected
+
+
+@pytest.mark.parametrize("bad", [3, "xml", {"type": "json_schema"},
+                                 {"type": "object", "properties": 5}])
+def test_unknown_forms_and_invalid_schemas_are_errors(bad: object) -> None:
+    with pytest.raises(ValueError):
+        ResponseFormat.of(bad)
+
+
+@pytest.mark.parametrize("partial", ['{"name": "Bo', '{"name": "Bob", "age": 4', '{"name": tr',
+                                     "```json\n{", "", '{"name": "Bob", "age": -'])
+def test_json_still_being_written_passes_until_the_answer_ends(partial: str) -> None:
+    assert check_answer(partial, FMT, done=False) is None
+    assert check_answer(partial, FMT, done=True) is not None
+
+
+@pytest.mark.parametrize(("answer", "reason"), [
+    ("Bob is 42.", "not JSON"),
+    ('{"name": "Bob"}', "'age' is a required property"),
+    ('{"name": "Bob", "age": 42} and more', "text after it"),
+    ("[1, 2]", "JSON object, got list"),
+])
+def test_answers_that_break_the_format(answer: str, reason: str) -> None:
+    assert reason in (check_answer(answer, FMT, done=False) or "")
+
+
+def test_whole_answers_that_match() -> None:
+    for answer in ('{"name": "Bob", "age": 42}', '```json\n{"name": "Bob", "age": 42}\n```',
+                   '\n {"name": "Bob", "age": 42} \n'):
+        assert check_answer(answer, FMT, done=True) is None
+    assert check_answer('{"anything": [1]}', ResponseFormat(), done=True) is None
