@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+Acceptance = Literal["typical", "exact", "exact-numbers"]  # the target check's rules (`speculative.py`)
 _GREEDY_BELOW = 1e-5  # temperatures below this are greedy (vLLM's _SAMPLING_EPS)
 
 
@@ -101,6 +103,25 @@ class SpecGuardConfig(BaseModel):
                           "'paper' (the beta ensemble of l and g), or the path of a verifier card "
                           "from `specguard verifier-train` (with a card the score is the probe's "
                           "P(step correct))")
+    # route and accept
+    route: Literal["score", "check"] = Field(
+        "score", description="how a draft step is routed: 'score' (the verifier's score r: kept "
+        "without the target iff r >= tau_accept, straight to the fallback iff r < tau_reject, else "
+        "the target checks it); 'check' (the target checks every step in one pass while the draft "
+        "writes it; the score is reported, not used)")
+    acceptance: Acceptance = Field(
+        "typical", description="how the target's check judges a reasoning or answer step's draft "
+        "tokens: 'typical' (Medusa's bound with typical_eps/typical_delta and typical_ratio: "
+        "tokens the target could plausibly write; the text may drift from the target's), 'exact' "
+        "(the target's own tokens: its argmax when greedy, speculative sampling otherwise: "
+        "lossless), 'exact-numbers' (exact on tokens holding a digit, an operator or a list "
+        "marker, typical elsewhere)")
+    action_acceptance: Literal["exact", "typical"] = Field(
+        "exact", description="how the target's check judges an action when tools are offered: a "
+        "tool-call step, and the first step of the assistant turn (where the model chooses between "
+        "calling and answering). 'exact': the target's own tokens, so calls and the call/answer "
+        "choice are the target's; 'typical': as `acceptance` (the agent may act differently from "
+        "its target)")
     # fall back
     fallback: Literal["greedy", "sample", "speculative"] = Field(
         "greedy", description="who writes a rejected step: the target greedily or as fallback_k "
@@ -119,7 +140,7 @@ class SpecGuardConfig(BaseModel):
                                  "needs p >= typical_ratio * the target's top probability (0: "
                                  "Medusa's bound alone; 1: the target's argmax only)")
     check_tokens: int = Field(0, ge=0, le=256, description="target check while the draft writes "
-                              "(k=1, tau_accept=+inf, tau_reject=-inf, speculative fallback, draft "
+                              "(k=1, route='check', speculative fallback, draft "
                               "scoring, an in-process or served target of the draft's vocabulary, "
                               "no forced tool call; else each written step is checked): check after every "
                               "check_tokens unchecked draft tokens and stop the draft at the first "
@@ -148,6 +169,18 @@ class SpecGuardConfig(BaseModel):
     max_steps: int = Field(64, ge=1)
     stop: tuple[str, ...] = ()
     seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_route_alias(cls, data: Any) -> Any:
+        """`tau_accept=inf, tau_reject=-inf` was how to say "the target checks every step": it
+        still means `route="check"`, with a DeprecationWarning."""
+        if (isinstance(data, dict) and data.get("route", "score") == "score"
+                and data.get("tau_accept") == math.inf and data.get("tau_reject") == -math.inf):
+            warnings.warn("tau_accept=inf, tau_reject=-inf is deprecated: pass route='check' (the "
+                          "target checks every step)", DeprecationWarning, stacklevel=2)
+            data = {**data, "route": "check", "tau_accept": None, "tau_reject": None}
+        return data
 
     @field_validator("temperature")
     @classmethod
@@ -194,6 +227,14 @@ class SpecGuardConfig(BaseModel):
                              "both (an unset one follows tau)")
         if self.selector == "sentence-transformer" and not self.sentence_transformer:
             raise ValueError("selector='sentence-transformer' needs sentence_transformer=<path>")
+        if self.route == "check" and (self.tau_accept, self.tau_reject) != (None, None):
+            warnings.warn("tau_accept/tau_reject have no effect with route='check' (the target "
+                          "checks every step); use route='score' for the three-way decision",
+                          UserWarning, stacklevel=2)
+        if self.k > 1 and self.temperature == 0:
+            warnings.warn(f"k={self.k} at temperature=0 proposes {self.k} identical greedy "
+                          "candidates (and turns off the check while the draft writes): set a "
+                          "temperature > 0 for k > 1, or k=1", UserWarning, stacklevel=2)
         return self
 
     @property
@@ -219,7 +260,7 @@ class SpecGuardConfig(BaseModel):
                              f"{sorted(SpecGuardConfig.model_fields)}")
         base = self.model_dump()
         if "tau" in overrides:  # tau alone means the two-way rule at tau: both thresholds follow it
-            base.update(tau_accept=None, tau_reject=None)
+            base.update(tau_accept=None, tau_reject=None, route="score")
         return SpecGuardConfig.model_validate({**base, **overrides})
 
 
@@ -248,18 +289,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     # k-sample target fallback with the same selector
     "paper": dict(k=16, temperature=0.7, top_p=0.8, beta=0.3, tau=0.7, fallback="sample",
                   fallback_k=16, verifier="paper"),
-    # hold the target's accuracy: one greedy draft candidate, every step checked by one target
-    # pass, rejected steps finished by the speculative fallback. The check is typical acceptance
-    # (eps 0.03, delta 0.1) plus typical_ratio 0.3: a token the target gives less than 0.3 of its
-    # top token's probability fails, which stops wrong digits that Medusa's bound alone let through
-    # (GSM8K problem 0: "= 10" at p 0.13 beside "9" at 0.85). The check runs while the draft
-    # writes, every 16 draft tokens, so a refused step stops the draft early (0.71x the time of
-    # checking written steps on the tuning slice). The fallback's draft runs end once the product
-    # of the draft's probabilities of the run falls below 0.7 (fewer draft tokens the target cuts:
-    # 0.90x the seconds per token on the tuning slice, from the tenth session). See
-    # benchmarks/RESULTS.md.
-    "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, tau_accept=math.inf,
-                     tau_reject=-math.inf, typical_eps=0.03, typical_delta=0.1, typical_ratio=0.3,
+    # the target checks every step (route "check") while the draft writes it, every 16 draft
+    # tokens, so a refused step stops the draft early; one greedy draft candidate; refused steps
+    # finished by the speculative fallback. The check is typical acceptance (eps 0.03, delta 0.1)
+    # plus typical_ratio 0.3: a token the target gives less than 0.3 of its top token's probability
+    # fails (Medusa's bound alone let a wrong digit through on GSM8K problem 0: "= 10" at p 0.13
+    # beside "9" at 0.85). Actions are the target's own (action_acceptance "exact"). The
+    # fallback's draft runs end once the product of the draft's probabilities of the run falls
+    # below 0.7. Why each value: docs/decisions/.
+    "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, route="check", typical_eps=0.03,
+                     typical_delta=0.1, typical_ratio=0.3,
                      check_tokens=16, fallback="speculative", fallback_k=1, sd_run_confidence=0.7),
     # latency-first: draft steps the verifier is confident in are kept without the target (the
     # learned card's P(correct) >= 0.87, its 95%-precision threshold on human-labelled steps; where

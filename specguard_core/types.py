@@ -60,7 +60,9 @@ class StepRecord:
     `token_logprobs[i]` is the log-probability of `token_ids[i]` under the model that wrote it (the
     draft for its kept tokens, the target for its own), raw as vLLM reports by default: the
     model's temperature-1 distribution before the repetition penalty, top-k, top-p and min-p; None
-    for a token no model chose (a forced tool-call prefix). Not part of `trace()`.
+    for a token no model chose (a forced tool-call prefix). Not part of `trace()`. `acceptance`
+    names the rule the target's check judged the draft step by (`typical`, `exact`,
+    `exact-numbers`; None when no check judged it: kept on its score, or regenerated).
     """
 
     index: int
@@ -85,6 +87,7 @@ class StepRecord:
     target_passes: int = 0
     draft_wasted: int = 0
     token_logprobs: list[float | None] = field(default_factory=list)
+    acceptance: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,7 +100,7 @@ class StepRecord:
             "accepted": self.accepted, "verified_prefix": self.verified_prefix,
             "draft_written": self.draft_written, "target_written": self.target_written,
             "target_passes": self.target_passes, "draft_wasted": self.draft_wasted,
-            "score": self.score, "confidence": self.confidence,
+            "acceptance": self.acceptance, "score": self.score, "confidence": self.confidence,
             "grounding": self.grounding, "tokens": len(self.token_ids),
             "n_candidates": self.n_candidates, "latency_s": self.latency_s,
             "phase_s": dict(self.phase_s), "rejected_reason": self.rejected_reason,

@@ -17,15 +17,16 @@ prompt_logprobs, so each growth costs the server a prefill).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
+
+import torch
 
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState, Target, TentativePass
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.request import Request
-from specguard_core.engine.speculative import checked_prefix, draft_doubts
+from specguard_core.engine.speculative import Rule, draft_doubts, judged_prefix
 from specguard_core.remote.target import RemoteTarget
 
 
@@ -38,25 +39,30 @@ class GrowingCheck:
     target: ModelHandle | RemoteTarget
     state: CacheState  # the target's, for this request
     cfg: SpecGuardConfig
+    rule: Rule = "typical"
+    sensitive: torch.Tensor | None = None  # [V] bool: the tokens `exact-numbers` judges exactly
     tpass: TentativePass | None = None
     checked: int = 0
     passed: int = 0
     seconds: float = 0.0
 
     @classmethod
-    def of(cls, target: Target, req: Request, same_vocab: bool) -> GrowingCheck | None:
-        """A check of `req`'s next draft step while it is written, when configured
+    def of(cls, target: Target, req: Request, same_vocab: bool, rule: Rule = "typical",
+           sensitive: torch.Tensor | None = None) -> GrowingCheck | None:
+        """A check of `req`'s next draft step under `rule` while it is written, when configured
         (`check_tokens`) and when every step goes to the target check anyway: one candidate,
-        `tau_accept` = +inf and `tau_reject` = -inf, a speculative fallback to finish a refused
-        step, draft scoring, the same vocabulary, an in-process or served (vLLM) target, no
-        forced tool call; else None."""
+        `route="check"`, a speculative fallback to finish a refused step, draft scoring, the same
+        vocabulary, an in-process or served (vLLM) target, no forced tool call, and a rule that
+        can pass tokens at this temperature (sampling, `exact` leaves every token to the
+        fallback's speculative sampling); else None."""
         cfg = req.cfg
         forced = req.required is not None and not req.in_think
-        if (cfg.check_tokens == 0 or cfg.k != 1 or cfg.thresholds != (math.inf, -math.inf)
+        if (cfg.check_tokens == 0 or cfg.k != 1 or cfg.route != "check"
                 or cfg.fallback != "speculative" or cfg.scoring_model != "draft" or forced
-                or not same_vocab or not isinstance(target, ModelHandle | RemoteTarget)):
+                or not same_vocab or not isinstance(target, ModelHandle | RemoteTarget)
+                or (cfg.temperature > 0 and rule == "exact")):
             return None
-        return cls(target, req.target, cfg)
+        return cls(target, req.target, cfg, rule, sensitive)
 
     def __call__(self, token_ids: list[int], logprobs: list[float]) -> bool:
         """`propose`'s watcher: True (stop the draft) once a written token was refused."""
@@ -86,8 +92,8 @@ class GrowingCheck:
         else:
             self.tpass.extend(fed)
         start = self.checked
-        ok = checked_prefix(self.tpass.logits[start:], token_ids[start:], self.cfg,
-                            self.state.ids + token_ids[:start])
+        ok = judged_prefix(self.tpass.logits[start:], token_ids[start:], self.cfg,
+                           self.state.ids + token_ids[:start], self.rule, self.sensitive)
         self.checked = len(token_ids)
         self.passed = start + ok
         self.seconds += time.perf_counter() - t0

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from specguard_core.cache import capture
 from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.handle import ModelHandle
@@ -20,6 +22,7 @@ from specguard_core.engine.proposer import Candidate, SampleSpec
 from specguard_core.engine.request import Request
 from specguard_core.engine.sampling import Shaping
 from specguard_core.engine.selector import Selector
+from specguard_core.engine.speculative import Rule, judged_prefix
 from specguard_core.engine.verify.cards import Cards
 from specguard_core.engine.verify.verifier import (
     Verdict,
@@ -28,6 +31,7 @@ from specguard_core.engine.verify.verifier import (
     target_scores,
     verify,
 )
+from specguard_core.text.token_classes import numeric_ids
 from specguard_core.types import StepKind
 
 
@@ -40,6 +44,7 @@ class Judge:
     target: Target
     same_vocab: bool
     cards: Cards = field(default_factory=Cards)
+    _numeric: torch.Tensor | None = field(default=None, repr=False)  # [V] bool, built when needed
 
     def resolve_verifier(self, cfg: SpecGuardConfig) -> SpecGuardConfig:
         """`verifier="auto"` becomes the card shipped for the scoring model (`specguard_core/
@@ -78,7 +83,22 @@ class Judge:
             scores = target_scores(tpass, recorder, req.cfg, pool)
         else:
             scores = draft_scores(cand, req.cfg)
-        return verify(scores, req.cfg, reason, call, tool_call=kind == "tool_call"), tpass
+        return verify(scores, req.cfg, reason, call, action=req.acts(kind)), tpass
+
+    def check(self, req: Request, tpass: TentativePass, ids: list[int], rule: Rule) -> int:
+        """How many leading tokens of the draft step `ids` the target's check passes under `rule`
+        (`tpass`: the target's pass over them)."""
+        sensitive = self.numeric_mask() if rule == "exact-numbers" else None
+        return judged_prefix(tpass.logits, ids, req.cfg, req.target.ids, rule, sensitive)
+
+    def numeric_mask(self) -> torch.Tensor:
+        """`[V]` bool over the target's vocabulary: the tokens `exact-numbers` judges exactly."""
+        if self._numeric is None:
+            tok = self.target.tokenizer
+            mask = torch.zeros(len(tok), dtype=torch.bool)
+            mask[sorted(numeric_ids(tok))] = True
+            self._numeric = mask
+        return self._numeric
 
     def target_pass(self, req: Request, cand: Candidate,
                     recorder: AttentionRecorder | None = None, hidden: bool = False

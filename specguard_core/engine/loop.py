@@ -30,7 +30,6 @@ from specguard_core.engine.judge import Judge
 from specguard_core.engine.proposer import Proposal, propose
 from specguard_core.engine.request import Phases, Request, Step
 from specguard_core.engine.selector import Selector
-from specguard_core.engine.speculative import checked_prefix
 from specguard_core.engine.stream import GenerationStream
 from specguard_core.engine.verify.signals import percentile_bounds
 from specguard_core.engine.verify.verifier import Verdict
@@ -260,11 +259,13 @@ class SpecGuardEngine:
         """One step: the draft proposes k candidates over its forked cache; the selector picks one;
         the score routes it (keep / target check / reject); a kept step is committed in both
         caches, a rejected one goes to the fallback, which ends the proposal itself."""
-        cfg, selector = req.cfg, self._selector(req.cfg)
+        selector = self._selector(req.cfg)
         timed = Phases()
         with timed("catch_up"):
             self.draft.catch_up(req.draft)
-        growing = GrowingCheck.of(self.target, req, self.same_vocab)
+        first_rule = req.rule_for("reasoning")  # an action when it is the turn's first step
+        growing = GrowingCheck.of(self.target, req, self.same_vocab, first_rule,
+                                  self.judge.numeric_mask() if first_rule == "exact-numbers" else None)
         with timed("propose"):
             proposal = propose(self.draft, req.draft, self.judge.draft_spec(req, selector),
                                req.generator, check=req.check, watch=growing)
@@ -274,6 +275,7 @@ class SpecGuardEngine:
             pick = selector.select(proposal.candidates)
         draft_step = proposal.candidates[pick]
         kind = step_kind(draft_step.text, req.in_think, req.rules)
+        rule = req.rule_for(kind[0])
         with timed("score"):
             verdict, tpass = self.judge.score(req, draft_step, kind[0])
         path: StepPath | None = "kept" if verdict.route == "keep" else None
@@ -287,8 +289,12 @@ class SpecGuardEngine:
             with timed("target_check"):
                 tpass = tpass or self.judge.target_pass(req, draft_step)
                 checked = self.judge.checked_ids(draft_step, tpass)
-                passed = judged if growing is not None else checked_prefix(
-                    tpass.logits, checked, cfg, req.target.ids)
+                if growing is None:
+                    passed = self.judge.check(req, tpass, checked, rule)
+                elif growing.rule != rule:  # a tool call begun mid-turn: judged again as one
+                    passed = min(judged, self.judge.check(req, tpass, checked, rule))
+                else:
+                    passed = judged
                 if passed == len(checked) and draft_step.end != "refused":
                     path = "target-checked"
                 else:
@@ -298,6 +304,7 @@ class SpecGuardEngine:
         else:
             with timed("fallback"):
                 step = self._fall_back(req, proposal, pick, selector, tpass, passed)
+        step.acceptance = rule if verdict.route == "check" and step.path != "regenerated" else None
         return req.commit(step, verdict, timed, draft_step.text)
 
     def _keep(self, req: Request, proposal: Proposal, pick: int, tpass: TentativePass | None,

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from specguard_core.cache.state import CacheState
-from specguard_core.config import SpecGuardConfig
+from specguard_core.config import Acceptance, SpecGuardConfig
 from specguard_core.engine.verify.verifier import Verdict
 from specguard_core.text.chat import parse_tool_call
 from specguard_core.text.formats import ResponseFormat
@@ -71,6 +71,7 @@ class Step:
     draft_written: int = 0
     draft_generated: int = 0  # draft tokens generated for this step, all rows and rounds
     token_logprobs: list[float | None] = field(default_factory=list)  # see StepRecord
+    acceptance: str | None = None  # the rule the target's check judged the draft step by
 
 
 
@@ -94,6 +95,7 @@ class Request:
     invalid_tool_calls: list[ToolCall] = field(default_factory=list)
     n_new: int = 0
     in_think: bool = False
+    decided: bool = False  # a step outside a think block was committed: the turn chose call/answer
     draft_run: int = 0  # speculative fallback: tokens the draft proposes per target pass (adapts)
     _passes_mark: int = 0
     finish: FinishReason | None = None
@@ -114,6 +116,19 @@ class Request:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise TimeoutError(f"SpecGuard generation exceeded its timeout of {self.timeout}s")
 
+    def acts(self, kind: StepKind) -> bool:
+        """Whether a step of `kind` is an action: tools are offered and it is a tool call or the
+        turn's first step outside a think block (where the model chooses between calling and
+        answering)."""
+        return bool(self.tools) and not self.in_think and (kind == "tool_call" or not self.decided)
+
+    def rule_for(self, kind: StepKind) -> Acceptance:
+        """The acceptance rule the target's check applies to a draft step of `kind`:
+        `action_acceptance` for an action, `acceptance` for everything else."""
+        if self.acts(kind) and self.cfg.action_acceptance == "exact":
+            return "exact"
+        return self.cfg.acceptance
+
     def out_of_room(self) -> bool:
         """Either model's context is full (a heterogeneous pair counts tokens differently, so the
         draft can run out first): the request ends with `length` rather than spin out empty steps
@@ -127,7 +142,9 @@ class Request:
 
     def commit(self, step: Step, verdict: Verdict | None, phases: dict[str, float],
                draft_text: str | None) -> StepRecord:
+        was_in_think = self.in_think
         kind, self.in_think = step.kind or step_kind(step.text, self.in_think, self.rules)
+        self.decided = self.decided or not (was_in_think or self.in_think)
         call = step.tool_call
         if kind == "tool_call":
             call = call or parse_tool_call(step.text, self.tools, self.tokenizer)
@@ -144,6 +161,7 @@ class Request:
             rejected_reason=verdict.reason if verdict and step.source == "target" else None,
             draft_text=draft_text, phase_s=dict(phases), path=step.path,
             verified_prefix=step.verified_prefix, draft_written=step.draft_written,
+            acceptance=step.acceptance,
             token_logprobs=list(step.token_logprobs),
             target_written=len(step.token_ids) - step.draft_written,
             target_passes=self.target.counters.forward_calls - self._passes_mark,

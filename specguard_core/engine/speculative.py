@@ -8,6 +8,8 @@
   distributed exactly as the target's own sampling.
 - `typical_accept`: Medusa's typical acceptance (Cai et al. 2024): every token must have target
   probability p >= min(eps, delta * exp(-H)), H the entropy of the target's distribution there.
+- `judged_prefix`: the target check under a named rule (`typical`; `exact`, the target's own
+  tokens; `exact-numbers`, exact on digits, operators and list markers, typical elsewhere).
 - `draft_doubts`: when the draft should stop and let the target judge its run (its own
   probabilities: the last token's, or the run's product; transformers' assistant confidence and
   SpecDec++'s stopping rule).
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 
 import torch
 
+from specguard_core.config import Acceptance as Rule
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.sampling import NO_SHAPING, Shaping, nucleus_probs, warp_logits
 
@@ -94,6 +97,34 @@ def checked_prefix(target_logits: torch.Tensor, ids: list[int], cfg: SpecGuardCo
     `typical_ratio`, its shaping): how many leading tokens of `ids` the target check passes."""
     return typical_prefix(target_logits, ids, cfg.typical_eps, cfg.typical_delta, Shaping.of(cfg),
                           prefix, cfg.typical_ratio)
+
+
+def judged_prefix(target_logits: torch.Tensor, ids: list[int], cfg: SpecGuardConfig,
+                  prefix: Sequence[int] = (), rule: Rule = "typical",
+                  sensitive: torch.Tensor | None = None) -> int:
+    """How many leading tokens of `ids` the target's check passes under `rule`
+    (`target_logits: [>=T, V]`, row i predicting `ids[i]`; `sensitive: [V]` bool, the tokens
+    `exact-numbers` judges exactly). Greedy, `exact` passes the target's argmax after the request's
+    repetition penalty (the target's greedy text). Sampling, `exact` passes nothing and
+    `exact-numbers` nothing from the first sensitive token on: the speculative fallback's
+    speculative-sampling rule then judges those tokens, so they follow the target's distribution."""
+    if rule == "typical" or not ids:
+        return checked_prefix(target_logits, ids, cfg, prefix)
+    n = len(ids)
+    ids_t = torch.tensor(ids, device=target_logits.device)  # [T]
+    exact_needed = torch.ones(n, dtype=torch.bool, device=target_logits.device)  # [T]
+    if rule == "exact-numbers":
+        assert sensitive is not None, "exact-numbers needs the sensitive-token mask"
+        exact_needed = sensitive.to(target_logits.device)[ids_t]
+    if cfg.temperature > 0:
+        ok = ~exact_needed  # [T]
+    else:
+        rows = Shaping.of(cfg).penalise_rows(target_logits[:n].float(), prefix, ids)  # [T, V]
+        ok = (rows.argmax(-1) == ids_t) | ~exact_needed  # [T]
+    exact_ok = int(ok.long().cumprod(0).sum())  # one host sync
+    if rule == "exact":
+        return exact_ok
+    return min(exact_ok, checked_prefix(target_logits, ids, cfg, prefix))
 
 
 def typical_prefix(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float,

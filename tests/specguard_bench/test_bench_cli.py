@@ -149,7 +149,7 @@ def test_variants_and_balanced_configs() -> None:
     assert sd.fallback == "speculative" and paper.fallback == "sample"
     assert sd.k == 4 and sd.fallback_k == paper.fallback_k == 16
     balanced = specguard_config(base, "specguard-balanced", {}, max_new_tokens=50)
-    assert balanced.thresholds == (math.inf, -math.inf) and balanced.fallback == "speculative"
+    assert balanced.route == "check" and balanced.fallback == "speculative"
     # an override of tau alone is the two-way rule at that tau
-    assert specguard_config(base, "specguard-balanced", {"balanced.tau": 0.6},
-                            max_new_tokens=50).thresholds == (0.6, 0.6)
+    two_way = specguard_config(base, "specguard-balanced", {"balanced.tau": 0.6}, max_new_tokens=50)
+    assert two_way.thresholds == (0.6, 0.6) and two_way.route == "score"

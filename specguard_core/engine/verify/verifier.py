@@ -118,9 +118,12 @@ def decide(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, bool]:
 
 
 def decide_route(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, Route]:
-    """(r, route): the decision rule, apart from how r is computed. Keep iff r >= tau_accept,
-    reject iff r < tau_reject, else the target checks (tau_accept == tau_reject: the paper's rule)."""
+    """(r, route): the decision rule, apart from how r is computed. `route="check"`: the target
+    checks every step. Else keep iff r >= tau_accept, reject iff r < tau_reject, else the target
+    checks (tau_accept == tau_reject: the paper's rule)."""
     score = step_score(scores, cfg)
+    if cfg.route == "check":
+        return score, "check"
     accept_at, reject_below = cfg.thresholds
     if signals.accept(score, accept_at):
         return score, "keep"
@@ -154,13 +157,14 @@ def structural_check(text: str, kind: StepKind, tools: list[dict[str, Any]],
 
 
 def verify(scores: Scores, cfg: SpecGuardConfig, structural: str | None,
-           call: ToolCall | None, tool_call: bool = False) -> Verdict:
-    """The route of a draft step: structural failures are rejected; a tool call (an action) the
-    score would keep is checked by the target instead."""
+           call: ToolCall | None, action: bool = False) -> Verdict:
+    """The route of a draft step: structural failures are rejected; an action (a tool call, or
+    the turn's first step when tools are offered) the score would keep is checked by the target
+    instead."""
     score, route = decide_route(scores, cfg)
     if structural:
         return Verdict(scores, score, "reject", structural, call)
-    if tool_call and route == "keep":
+    if action and route == "keep":
         route = "check"
     reason = f"score {score:.3f} < tau_reject {cfg.thresholds[1]}" if route == "reject" else None
     return Verdict(scores, score, route, reason, call)
