@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from specguard_bench.answers import grade
 from specguard_bench.data import Problem, load_file, load_problems, messages_for
+from specguard_bench.drift import drift_summary, drift_table
 from specguard_bench.engines import Engines, PairSettings, ServedTarget, base_config
 from specguard_bench.methods import (
     METHODS,
@@ -207,6 +208,7 @@ def build_summary(
     method (from the engine's `base` config), the environment `env`, and one `MethodSummary`
     per method."""
     summaries = summarize(rows, settings.methods)
+    drifts = drift_summary(rows, settings.methods)
     configs = {
         m: specguard_config(
             base, m, settings.sets, max_new_tokens=settings.max_new_tokens, bounds=bounds
@@ -235,6 +237,8 @@ def build_summary(
         "n_problems": len({r.uid for r in rows}),
         "methods": {m: s.to_dict() for m, s in summaries.items()},
         "table": markdown_table(summaries),
+        "drift": {m: d.to_dict() for m, d in drifts.items()},
+        "drift_table": drift_table(drifts),
     }
 
 
@@ -254,7 +258,9 @@ def write_reports(out_dir: Path, summary: Mapping[str, Any]) -> None:
         f"({summary['environment']['device']}), {s['dtype']}, max {s['max_new_tokens']} new "
         f"tokens, bounds: {summary['bounds']['path'] or 'defaults (uncalibrated)'}\n\n"
     )
-    (out_dir / TABLE).write_text(header + summary["table"])
+    drift = summary.get("drift_table") or ""
+    (out_dir / TABLE).write_text(header + summary["table"]
+                                 + (f"\n## Drift from the target's text\n\n{drift}" if drift else ""))
     plot_bench(summary, out_dir / PLOT)
 
 

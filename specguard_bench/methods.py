@@ -30,10 +30,14 @@ if TYPE_CHECKING:  # torch and transformers load only when a method runs (`specg
     from transformers import GenerationConfig
 
 METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-paper", "specguard-paper-sd",
-                             "specguard-balanced", "specguard-fast")
+                             "specguard-balanced", "specguard-fast", "specguard-balanced-exact",
+                             "specguard-balanced-numbers")
 # method variants: a preset with fixed changes (applied before the user's overrides)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "paper-sd": ("paper", {"fallback": "speculative"}),
+    # the target check's other rules on the balanced preset: lossless, and exact on numbers only
+    "balanced-exact": ("balanced", {"acceptance": "exact"}),
+    "balanced-numbers": ("balanced", {"acceptance": "exact-numbers"}),
 }
 # the method of a served target: not in METHODS (it needs --target-url) nor in VARIANTS (which is
 # part of every run's fingerprint, so runs stored before it existed still resume)
