@@ -26,10 +26,10 @@ class NormBounds(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    confidence_min: float = -8.0
-    confidence_max: float = 0.0
-    grounding_min: float = 0.0
-    grounding_max: float = 1.0
+    confidence_min: float = Field(-8.0, description="confidence l (mean log-prob) mapped to 0")
+    confidence_max: float = Field(0.0, description="confidence mapped to 1")
+    grounding_min: float = Field(0.0, description="grounding g mapped to 0")
+    grounding_max: float = Field(1.0, description="grounding mapped to 1")
 
     @model_validator(mode="after")
     def _ordered(self) -> NormBounds:
@@ -70,6 +70,68 @@ class NormBounds(BaseModel):
             raise ValueError(f"bounds file {path}: {err}") from None
 
 
+class ExperimentalConfig(BaseModel):
+    """Knobs measured and not adopted, and constants of the papers the method builds on (the
+    attention rollout, Medusa's typical acceptance, transformers' assisted generation). Settable
+    and tested; the presets and the main docs use the defaults unless they say otherwise
+    (`SpecGuardConfig(experimental=ExperimentalConfig(...))` or `merged(check_below=...)`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    grounding_layers: int = Field(3, ge=1, description="last layers used by the rollout")
+    sparsify_threshold: float = Field(0.01, ge=0.0, lt=1.0, description="attention weights below "
+                                      "this are dropped before the rollout")
+    rollout_residual: bool = Field(False, description="add the identity (residual stream) to each "
+                                   "layer's attention in the rollout")
+    selector: Literal["hidden", "sentence-transformer"] = Field(
+        "hidden", description="how one of k candidates is picked: the soft medoid of the proposing "
+        "model's mean-pooled hidden states, or of a sentence-transformer's embeddings")
+    sentence_transformer: str | None = Field(None, description="the sentence-transformer folder for "
+                                             "selector='sentence-transformer' (extra [st])")
+    scoring_model: Literal["draft", "target"] = Field(
+        "draft", description="whose internals the verifier reads: the draft's (free) or the target's "
+        "(one target pass per step)")
+    typical_eps: float = Field(0.09, ge=0.0, le=1.0, description="target check: each token needs "
+                               "p >= min(typical_eps, typical_delta * exp(-H))")
+    typical_delta: float = Field(0.3, ge=0.0, description="the entropy-scaled part of the typical "
+                                 "bound: p >= min(typical_eps, typical_delta * exp(-H))")
+    check_below: float = Field(0.0, ge=0.0, le=1.0, description="with check_tokens: also check right "
+                               "after a draft token the draft itself gave less than this probability")
+    check_run_below: float = Field(0.0, ge=0.0, le=1.0, description="with check_tokens: also check "
+                                   "once the product of the draft's probabilities of the tokens "
+                                   "written since the last check falls below this")
+    fallback_acceptance: Literal["exact", "typical"] = Field(
+        "exact", description="speculative fallback, greedy: keep the drafted tokens equal to the "
+        "target's argmax (exact: the target's greedy text), or also those that pass the target "
+        "check's typical acceptance (typical_eps, typical_delta, typical_ratio)")
+    sd_draft_tokens: int = Field(5, ge=1, le=64, description="speculative fallback: tokens the "
+                                 "draft proposes per target pass at first (+2 if all kept, -1 if not)")
+    sd_max_draft_tokens: int = Field(16, ge=1, le=64, description="speculative fallback: the most "
+                                     "tokens one draft run may grow to")
+    sd_confidence: float = Field(0.0, ge=0.0, le=1.0, description="speculative fallback: the draft "
+                                 "ends its run after a token it gives less than this probability "
+                                 "(transformers' assistant_confidence_threshold; 0: never)")
+
+    @model_validator(mode="after")
+    def _check(self) -> ExperimentalConfig:
+        if self.selector == "sentence-transformer" and not self.sentence_transformer:
+            raise ValueError("selector='sentence-transformer' needs sentence_transformer=<path>")
+        return self
+
+
+EXPERIMENTAL = frozenset(ExperimentalConfig.model_fields)
+
+
+def move_experimental(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with its top-level experimental knobs moved under "experimental" (merged with what
+    is there)."""
+    top = {k: v for k, v in data.items() if k in EXPERIMENTAL}
+    nested = data.get("experimental") or {}
+    nested = nested.model_dump() if isinstance(nested, BaseModel) else dict(nested)
+    rest = {k: v for k, v in data.items() if k not in EXPERIMENTAL}
+    return {**rest, "experimental": {**nested, **top}}
+
+
 class SpecGuardConfig(BaseModel):
     """The algorithm's per-request configuration (the paper's defaults are the `paper` preset)."""
 
@@ -78,7 +140,8 @@ class SpecGuardConfig(BaseModel):
     # propose
     k: int = Field(4, ge=1, le=64, description="draft candidates per step")
     temperature: float = Field(0.7, ge=0.0, description="0 means greedy")
-    top_p: float = Field(0.8, gt=0.0, le=1.0)
+    top_p: float = Field(0.8, gt=0.0, le=1.0, description="nucleus sampling: the smallest set of "
+                         "tokens with this much probability")
     top_k: int = Field(0, ge=-1, description="sample from the k most likely tokens only (0 or -1: "
                        "all); draft and target alike")
     min_p: float = Field(0.0, ge=0.0, le=1.0, description="drop tokens below min_p times the top "
@@ -86,18 +149,13 @@ class SpecGuardConfig(BaseModel):
     repetition_penalty: float = Field(1.0, gt=0.0, description="CTRL/transformers repetition "
                                       "penalty on tokens already in the sequence, prompt included "
                                       "(1: none; greedy too)")
-    step_delimiters: tuple[str, ...] = ("\n\n",)
-    max_step_tokens: int = Field(256, ge=1)
+    step_delimiters: tuple[str, ...] = Field(("\n\n",), description="a step ends after one of these")
+    max_step_tokens: int = Field(256, ge=1, description="a step ends after this many tokens")
     # score and decide
     beta: float = Field(0.3, ge=0.0, le=1.0, description="weight of confidence in the ensemble")
     tau: float = Field(0.7, description="accept iff score >= tau; -inf always, +inf never")
-    bounds: NormBounds = NormBounds()
-    grounding_layers: int = Field(3, ge=1, description="last layers used by the rollout")
-    sparsify_threshold: float = Field(0.01, ge=0.0, lt=1.0)
-    rollout_residual: bool = False
-    selector: Literal["hidden", "sentence-transformer"] = "hidden"
-    sentence_transformer: str | None = None
-    scoring_model: Literal["draft", "target"] = "draft"
+    bounds: NormBounds = Field(NormBounds(), description="the paper verifier's min-max bounds "
+                               "(`specguard calibrate` fits them)")
     verifier: str = Field("auto", min_length=1, description="'auto' (the learned verifier card "
                           "shipped for the scoring model when there is one, else 'paper'), "
                           "'paper' (the beta ensemble of l and g), or the path of a verifier card "
@@ -127,15 +185,13 @@ class SpecGuardConfig(BaseModel):
         "greedy", description="who writes a rejected step: the target greedily or as fallback_k "
         "samples (regenerated), or speculative: the target verifies the draft's step in one pass, "
         "keeps the agreeing prefix and finishes the step with draft-assisted decoding")
-    fallback_k: int = Field(1, ge=1, le=64)
+    fallback_k: int = Field(1, ge=1, le=64, description="fallback='sample': target samples per "
+                            "rejected step, picked by the selector")
     # three-way decision and the speculative fallback (`tau` alone: the paper's two-way rule)
     tau_accept: float | None = Field(None, description="keep without the target iff r >= "
                                      "tau_accept (None: tau)")
     tau_reject: float | None = Field(None, description="straight to the fallback iff r < "
                                      "tau_reject (None: tau); in between the target checks the step")
-    typical_eps: float = Field(0.09, ge=0.0, le=1.0, description="target check: each token needs "
-                               "p >= min(typical_eps, typical_delta * exp(-H))")
-    typical_delta: float = Field(0.3, ge=0.0)
     typical_ratio: float = Field(0.0, ge=0.0, le=1.0, description="target check: each token also "
                                  "needs p >= typical_ratio * the target's top probability (0: "
                                  "Medusa's bound alone; 1: the target's argmax only)")
@@ -145,36 +201,30 @@ class SpecGuardConfig(BaseModel):
                               "no forced tool call; else each written step is checked): check after every "
                               "check_tokens unchecked draft tokens and stop the draft at the first "
                               "refused one (0: check each step once it is written)")
-    check_below: float = Field(0.0, ge=0.0, le=1.0, description="with check_tokens: also check right "
-                               "after a draft token the draft itself gave less than this probability")
-    check_run_below: float = Field(0.0, ge=0.0, le=1.0, description="with check_tokens: also check "
-                                   "once the product of the draft's probabilities of the tokens "
-                                   "written since the last check falls below this")
-    fallback_acceptance: Literal["exact", "typical"] = Field(
-        "exact", description="speculative fallback, greedy: keep the drafted tokens equal to the "
-        "target's argmax (exact: the target's greedy text), or also those that pass the target "
-        "check's typical acceptance (typical_eps, typical_delta, typical_ratio)")
-    sd_draft_tokens: int = Field(5, ge=1, le=64, description="speculative fallback: tokens the "
-                                 "draft proposes per target pass at first (+2 if all kept, -1 if not)")
-    sd_max_draft_tokens: int = Field(16, ge=1, le=64)
-    sd_confidence: float = Field(0.0, ge=0.0, le=1.0, description="speculative fallback: the draft "
-                                 "ends its run after a token it gives less than this probability "
-                                 "(transformers' assistant_confidence_threshold; 0: never)")
     sd_run_confidence: float = Field(0.0, ge=0.0, le=1.0, description="speculative fallback: the "
                                      "draft also ends its run when the product of its "
                                      "probabilities of the run's tokens (its own estimate that the "
                                      "target keeps the whole run) falls below this (0: never)")
     # stop
-    max_new_tokens: int = Field(512, ge=1)
-    max_steps: int = Field(64, ge=1)
-    stop: tuple[str, ...] = ()
-    seed: int = 0
+    max_new_tokens: int = Field(512, ge=1, description="the answer's token budget")
+    max_steps: int = Field(64, ge=1, description="the answer's step budget")
+    stop: tuple[str, ...] = Field((), description="generation ends at any of these strings (cut there)")
+    seed: int = Field(0, description="the request's random seed (sampling, speculative sampling)")
+    experimental: ExperimentalConfig = Field(
+        default_factory=lambda: ExperimentalConfig(), description="knobs measured and not adopted, "
+        "and the papers' constants (see `ExperimentalConfig`)")
 
     @model_validator(mode="before")
     @classmethod
     def _check_route_alias(cls, data: Any) -> Any:
         """`tau_accept=inf, tau_reject=-inf` was how to say "the target checks every step": it
-        still means `route="check"`, with a DeprecationWarning."""
+        still means `route="check"`, with a DeprecationWarning. An experimental knob given at the
+        top level (its old place) goes under `experimental`, with a DeprecationWarning too."""
+        if isinstance(data, dict) and (old := sorted(EXPERIMENTAL & set(data))):
+            warnings.warn(f"{', '.join(old)}: experimental knobs now live under `experimental` "
+                          f"(SpecGuardConfig(experimental={{{old[0]!r}: ...}})); the top-level name "
+                          "goes in the next release", DeprecationWarning, stacklevel=2)
+            data = move_experimental(data)
         if (isinstance(data, dict) and data.get("route", "score") == "score"
                 and data.get("tau_accept") == math.inf and data.get("tau_reject") == -math.inf):
             warnings.warn("tau_accept=inf, tau_reject=-inf is deprecated: pass route='check' (the "
@@ -225,8 +275,6 @@ class SpecGuardConfig(BaseModel):
         if reject_below > accept_at:
             raise ValueError(f"tau_reject ({reject_below}) must be <= tau_accept ({accept_at}); set "
                              "both (an unset one follows tau)")
-        if self.selector == "sentence-transformer" and not self.sentence_transformer:
-            raise ValueError("selector='sentence-transformer' needs sentence_transformer=<path>")
         if self.route == "check" and (self.tau_accept, self.tau_reject) != (None, None):
             warnings.warn("tau_accept/tau_reject have no effect with route='check' (the target "
                           "checks every step); use route='score' for the three-way decision",
@@ -236,6 +284,76 @@ class SpecGuardConfig(BaseModel):
                           "candidates (and turns off the check while the draft writes): set a "
                           "temperature > 0 for k > 1, or k=1", UserWarning, stacklevel=2)
         return self
+
+    @property
+    def grounding_layers(self) -> Any:
+        """`experimental.grounding_layers`."""
+        return self.experimental.grounding_layers
+
+    @property
+    def sparsify_threshold(self) -> Any:
+        """`experimental.sparsify_threshold`."""
+        return self.experimental.sparsify_threshold
+
+    @property
+    def rollout_residual(self) -> Any:
+        """`experimental.rollout_residual`."""
+        return self.experimental.rollout_residual
+
+    @property
+    def selector(self) -> Any:
+        """`experimental.selector`."""
+        return self.experimental.selector
+
+    @property
+    def sentence_transformer(self) -> Any:
+        """`experimental.sentence_transformer`."""
+        return self.experimental.sentence_transformer
+
+    @property
+    def scoring_model(self) -> Any:
+        """`experimental.scoring_model`."""
+        return self.experimental.scoring_model
+
+    @property
+    def typical_eps(self) -> Any:
+        """`experimental.typical_eps`."""
+        return self.experimental.typical_eps
+
+    @property
+    def typical_delta(self) -> Any:
+        """`experimental.typical_delta`."""
+        return self.experimental.typical_delta
+
+    @property
+    def check_below(self) -> Any:
+        """`experimental.check_below`."""
+        return self.experimental.check_below
+
+    @property
+    def check_run_below(self) -> Any:
+        """`experimental.check_run_below`."""
+        return self.experimental.check_run_below
+
+    @property
+    def fallback_acceptance(self) -> Any:
+        """`experimental.fallback_acceptance`."""
+        return self.experimental.fallback_acceptance
+
+    @property
+    def sd_draft_tokens(self) -> Any:
+        """`experimental.sd_draft_tokens`."""
+        return self.experimental.sd_draft_tokens
+
+    @property
+    def sd_max_draft_tokens(self) -> Any:
+        """`experimental.sd_max_draft_tokens`."""
+        return self.experimental.sd_max_draft_tokens
+
+    @property
+    def sd_confidence(self) -> Any:
+        """`experimental.sd_confidence`."""
+        return self.experimental.sd_confidence
 
     @property
     def thresholds(self) -> tuple[float, float]:
@@ -254,13 +372,18 @@ class SpecGuardConfig(BaseModel):
             raise ValueError(f"{', '.join(misplaced)} is an engine setting, fixed when the engine is "
                              "built: pass SpecGuardEngine(..., engine_config=EngineConfig(...)), not "
                              "a per-request override")
-        unknown = sorted(set(overrides) - set(SpecGuardConfig.model_fields))
+        unknown = sorted(set(overrides) - set(SpecGuardConfig.model_fields) - EXPERIMENTAL)
         if unknown:
             raise ValueError(f"unknown SpecGuardConfig field(s) {unknown}; valid: "
-                             f"{sorted(SpecGuardConfig.model_fields)}")
+                             f"{sorted(SpecGuardConfig.model_fields)}, and under experimental: "
+                             f"{sorted(EXPERIMENTAL)}")
         base = self.model_dump()
         if "tau" in overrides:  # tau alone means the two-way rule at tau: both thresholds follow it
             base.update(tau_accept=None, tau_reject=None, route="score")
+        if "experimental" in overrides:  # a partial experimental config changes only what it names
+            extra = overrides.pop("experimental")
+            extra = extra.model_dump() if isinstance(extra, BaseModel) else dict(extra)
+            base["experimental"] = {**base["experimental"], **extra}
         return SpecGuardConfig.model_validate({**base, **overrides})
 
 
@@ -297,8 +420,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # beside "9" at 0.85). Actions are the target's own (action_acceptance "exact"). The
     # fallback's draft runs end once the product of the draft's probabilities of the run falls
     # below 0.7. Why each value: docs/decisions/.
-    "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, route="check", typical_eps=0.03,
-                     typical_delta=0.1, typical_ratio=0.3,
+    "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, route="check", typical_ratio=0.3,
+                     experimental=dict(typical_eps=0.03, typical_delta=0.1),
                      check_tokens=16, fallback="speculative", fallback_k=1, sd_run_confidence=0.7),
     # latency-first: draft steps the verifier is confident in are kept without the target (the
     # learned card's P(correct) >= 0.87, its 95%-precision threshold on human-labelled steps; where
@@ -307,6 +430,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "fast": dict(k=1, temperature=0.0, beta=1.0, verifier="auto", tau=0.87, fallback="speculative",
                  fallback_k=1),
 }
+
+
+def override_names() -> frozenset[str]:
+    """Every name `SpecGuardConfig.merged` takes: the fields, and the experimental knobs by their
+    old top-level names (deprecated aliases)."""
+    return frozenset(SpecGuardConfig.model_fields) | EXPERIMENTAL
 
 
 DEFAULT_PRESET = "balanced"  # what the engine, the CLI and the adapters run when given no config
@@ -361,16 +490,19 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         key = key.strip()
+        if key.startswith("experimental."):  # experimental.NAME: the knob by its new place
+            key = key.removeprefix("experimental.")
         scope, _, name = key.rpartition(".")
         if scope and scope not in PRESETS:
             raise ValueError(f"--set {item!r}: unknown preset {scope!r}; use {sorted(PRESETS)}")
-        if name not in SpecGuardConfig.model_fields:
+        if name not in override_names():
             raise ValueError(f"--set {item!r}: {name!r} is not a SpecGuardConfig field")
         value = parse_value(raw)
         if isinstance(value, list):
             value = tuple(value)
         try:
-            SpecGuardConfig().merged(**{name: value})
+            SpecGuardConfig().merged(**({"experimental": {name: value}} if name in EXPERIMENTAL
+                                        else {name: value}))
         except ValueError as err:
             raise ValueError(f"--set {item!r}: {err}") from None
         out[key] = value

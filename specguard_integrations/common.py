@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from specguard_core.config import PRESETS, EngineConfig, SpecGuardConfig, default_config
+from specguard_core.config import PRESETS, EngineConfig, SpecGuardConfig, default_config, override_names
 from specguard_core.config import preset as make_preset
 from specguard_core.models.registry import resolve
 
@@ -73,7 +73,7 @@ def check_arguments(owner: str, data: Any, valid: Iterable[str],
         data[new] = value
     unknown = sorted(set(data) - valid - {"overrides"})  # "overrides": moved here above
     if unknown:
-        in_config = [n for n in unknown if n in SpecGuardConfig.model_fields]
+        in_config = [n for n in unknown if n in override_names()]
         remote = [n for n in unknown if n in REMOTE_ONLY]
         hint = (f" ({', '.join(in_config)}: pass config=SpecGuardConfig({in_config[0]}=...))"
                 if in_config else f" ({', '.join(remote)}: {REMOTE_ONLY[remote[0]]})" if remote

@@ -32,6 +32,7 @@ from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, model_validato
 from typing_extensions import Self
 
 from specguard_core import EngineConfig, GenerationResult, SpecGuardConfig, SpecGuardEngine
+from specguard_core.config import override_names
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.loop import GenerationStream
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, resolve
@@ -317,7 +318,7 @@ class ChatSpecGuard(BaseChatModel):
                 stop: list[str] | None = None) -> SpecGuardConfig:
         """The call's SpecGuardConfig: config/preset (else the engine's) < knob fields <
         per-call keywords (`max_tokens`, `stop` and SpecGuardConfig fields)."""
-        unknown = set(call) - set(SpecGuardConfig.model_fields) - {"max_tokens"}
+        unknown = set(call) - override_names() - {"max_tokens"}
         if unknown:
             raise ValueError(f"unknown keyword(s) {sorted(unknown)}; ChatSpecGuard takes "
                              f"{sorted(_CALL_KEYS)} and SpecGuardConfig fields")

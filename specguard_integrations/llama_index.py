@@ -66,7 +66,7 @@ except ImportError as err:  # pragma: no cover - depends on the environment
         "SpecGuardLLM needs LlamaIndex; install it with `pip install 'specguard[llamaindex]'`"
     ) from err
 
-from specguard_core.config import EngineConfig, SpecGuardConfig
+from specguard_core.config import EngineConfig, SpecGuardConfig, override_names
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.types import GenerationResult, StepRecord
 from specguard_integrations.common import (
@@ -259,7 +259,7 @@ class SpecGuardLLM(FunctionCallingLLM):
                 ) -> SpecGuardConfig:
         """The call's SpecGuardConfig: config/preset (else the engine's) < knob fields <
         per-call options (`max_tokens`, `stop` and SpecGuardConfig fields)."""
-        unknown = sorted(set(options) - set(SpecGuardConfig.model_fields) - {"max_tokens"})
+        unknown = sorted(set(options) - override_names() - {"max_tokens"})
         if unknown:
             raise ValueError(f"SpecGuardLLM got unknown option(s) {unknown}; per-call options are "
                              "tools, tool_choice, response_format, max_tokens, stop and "

@@ -367,7 +367,9 @@ def test_tool_required_forces_a_call() -> None:
     def no_tool(prompt: str) -> str:
         return "No tool needed." if "<tools>" in prompt else respond(prompt)
 
-    llm = SpecGuardLLM(engine=make_engine(respond, no_tool))
+    # typical actions: the draft's answer stands where the target would call (exact actions would
+    # write the target's call: tests/specguard_core/engine/test_actions.py)
+    llm = SpecGuardLLM(engine=make_engine(respond, no_tool, action_acceptance="typical"))
     free = llm.chat_with_tools([WEATHER], user_msg="Weather in 'Rome'?")
     assert free.message.content == "No tool needed."
     assert llm.get_tool_calls_from_response(free, error_on_no_tool_call=False) == []
