@@ -24,6 +24,7 @@ from specguard_core.engine.sampling import Shaping
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.speculative import Rule, judged_prefix
 from specguard_core.engine.verify.cards import Cards
+from specguard_core.engine.verify.registry import verifier_for
 from specguard_core.engine.verify.verifier import (
     Verdict,
     draft_scores,
@@ -83,7 +84,9 @@ class Judge:
             scores = target_scores(tpass, recorder, req.cfg, pool)
         else:
             scores = draft_scores(cand, req.cfg)
-        return verify(scores, req.cfg, reason, call, action=req.acts(kind)), tpass
+        # a tool call is always checked; the turn's first step too when actions are exact
+        action = kind == "tool_call" or (req.acts(kind) and req.cfg.action_acceptance == "exact")
+        return verify(scores, req.cfg, reason, call, action=action), tpass
 
     def check(self, req: Request, tpass: TentativePass, ids: list[int], rule: Rule) -> int:
         """How many leading tokens of the draft step `ids` the target's check passes under `rule`
@@ -119,10 +122,10 @@ class Judge:
         """Layers whose attention rows feed grounding; None (no capture) when nothing reads it:
         beta == 1 gives it no weight in the paper's ensemble (also how to measure what capture
         costs), and a verifier card reads it only when it lists the feature."""
-        if cfg.beta >= 1 or not self.cards.reads_grounding(cfg.verifier):
+        if cfg.beta >= 1 or not verifier_for(cfg.verifier).reads_grounding():
             return None
         return capture.last_layers(handle.model, cfg.grounding_layers)
 
     def pool_layers(self, handle: ModelHandle, cfg: SpecGuardConfig) -> tuple[int, ...]:
         """Hidden layers the configured card reads from `handle`; () for the paper's verifier."""
-        return self.cards.pool_layers(cfg.verifier, handle.model, handle.tokenizer)
+        return self.cards.hidden_layers(verifier_for(cfg.verifier), handle.model, handle.tokenizer)

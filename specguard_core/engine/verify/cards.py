@@ -204,7 +204,7 @@ class Cards:
 
     def __init__(self) -> None:
         self._auto: dict[int, str] = {}  # id(model) -> "paper" or the shipped card's path
-        self._checked: set[tuple[str, int]] = set()
+        self._layers: dict[tuple[str, int], tuple[int, ...]] = {}  # (verifier, id(model))
 
     def resolve(self, verifier: str, model: Any, tokenizer: Any) -> str:
         """`verifier` itself, or for "auto" the card shipped for this model, else "paper"."""
@@ -217,21 +217,13 @@ class Cards:
                 _warn_near_miss(Fingerprint.model_validate(fingerprint(model, tokenizer)))
         return self._auto[id(model)]
 
-    def pool_layers(self, verifier: str, model: Any, tokenizer: Any) -> tuple[int, ...]:
-        """Hidden layers the card `verifier` reads from this model (its fingerprint checked once
-        per card and model: a card for another model is a CardError); () for "paper"."""
-        if verifier == "paper":
-            return ()
-        probe = load_probe(verifier)
-        if (verifier, id(model)) not in self._checked:
-            probe.card.check_model(model, tokenizer, verifier)
-            self._checked.add((verifier, id(model)))
-        return probe.card.hidden_layers()
-
-    def reads_grounding(self, verifier: str) -> bool:
-        """Whether the verifier needs grounding (attention rows): the paper's ensemble may, a card
-        only when it lists the feature."""
-        return verifier == "paper" or "grounding" in load_probe(verifier).card.features
+    def hidden_layers(self, verifier: Any, model: Any, tokenizer: Any) -> tuple[int, ...]:
+        """`verifier.hidden_layers(model, tokenizer)`, its check that it was made for this model
+        run once per (verifier, model): a card for another model is a CardError."""
+        key = (repr(verifier), id(model))
+        if key not in self._layers:
+            self._layers[key] = verifier.hidden_layers(model, tokenizer)
+        return self._layers[key]
 
 
 def load_probe(path: str | Path) -> Probe:

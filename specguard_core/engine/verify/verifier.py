@@ -1,10 +1,10 @@
-"""Score and decide: the selected draft step's confidence and grounding, normalised, ensembled and
-thresholded; tool-call steps must also be structurally valid and respect the tool choice."""
+"""Score and decide: the selected draft step's signals, scored by the configured verifier
+(`registry.py`) and routed; tool-call steps must also be structurally valid and respect the tool
+choice. `Scores` and `paper_score` are re-exported from `registry`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -14,26 +14,13 @@ from specguard_core.cache.state import TentativePass
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.proposer import Candidate
 from specguard_core.engine.verify import signals
-from specguard_core.engine.verify.cards import load_probe
+from specguard_core.engine.verify.registry import Scores, paper_score, verifier_for
 from specguard_core.text.chat import parse_tool_call
 from specguard_core.text.formats import ResponseFormat, check_answer
 from specguard_core.types import StepKind, ToolCall
 
-
-@dataclass(frozen=True)
-class Scores:
-    confidence: float
-    grounding: float | None  # None: not computed (beta == 1, no attention captured)
-    # what a learned verifier (probe card) reads: Candidate.pooled, and the step's other scalars
-    pooled: Mapping[int, torch.Tensor] = field(default_factory=dict)  # layer -> [d]
-    mean_logprob: float | None = None
-    n_tokens: int | None = None
-
-    def scalars(self) -> dict[str, float]:
-        """The named scalar features that were computed (a probe card refers to them by name)."""
-        named = {"confidence": self.confidence, "grounding": self.grounding,
-                 "mean_logprob": self.mean_logprob, "n_tokens": self.n_tokens}
-        return {k: float(v) for k, v in named.items() if v is not None}
+__all__ = ["Scores", "Verdict", "decide", "decide_route", "draft_scores", "paper_score", "step_score",
+           "structural_check", "target_scores", "verify"]
 
 
 Route = Literal["keep", "check", "reject"]
@@ -90,25 +77,8 @@ def target_scores(tpass: TentativePass, recorder: AttentionRecorder | None,
 
 def step_score(scores: Scores, cfg: SpecGuardConfig) -> float:
     """The configured verifier's score r of a step (what the decision rule thresholds): the paper's
-    ensemble, or a probe card's probability that the step is correct."""
-    if cfg.verifier == "paper":
-        return paper_score(scores, cfg)
-    if cfg.verifier == "auto":  # a programming error: the engine resolves it per request
-        raise ValueError("verifier='auto' must be resolved to 'paper' or a card path first "
-                         "(SpecGuardEngine does this per request)")
-    return load_probe(cfg.verifier).score(scores.pooled, scores.scalars())
-
-
-def paper_score(scores: Scores, cfg: SpecGuardConfig) -> float:
-    """The paper's verifier: r = beta * l~ + (1 - beta) * g~ with min-max bounds. Grounding may be
-    missing only when beta == 1 (its weight is 0)."""
-    b = cfg.bounds
-    conf = signals.min_max(scores.confidence, b.confidence_min, b.confidence_max)
-    if scores.grounding is None and cfg.beta < 1:
-        raise ValueError("grounding was not computed but beta < 1 gives it weight")
-    ground = 0.0 if scores.grounding is None else signals.min_max(
-        scores.grounding, b.grounding_min, b.grounding_max)
-    return signals.ensemble(conf, ground, cfg.beta)
+    ensemble, a probe card's probability that the step is correct, or a registered verifier's."""
+    return verifier_for(cfg.verifier).score(scores, cfg)
 
 
 def decide(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, bool]:

@@ -175,3 +175,30 @@ def test_auto_says_so_when_a_card_for_a_lookalike_model_ships(
     with pytest.warns(UserWarning, match="same shape .* another config"):
         result = engine.generate("2 + 3?", max_new_tokens=4, tau=-math.inf)
     assert result.verifier == "paper"
+
+
+def test_a_registered_verifier_is_one_class_and_one_call(tiny_pair: Any) -> None:
+    from specguard_core import SpecGuardEngine
+    from specguard_core.engine.verify import registry
+
+    class Short:
+        """Shorter steps are more often right: r = 1 / tokens."""
+
+        def reads_grounding(self) -> bool:
+            return False
+
+        def hidden_layers(self, model: Any, tokenizer: Any) -> tuple[int, ...]:
+            return ()
+
+        def score(self, scores: registry.Scores, cfg: SpecGuardConfig) -> float:
+            return 1.0 / max(1, scores.n_tokens or 1)
+
+    registry.register("short", Short)
+    engine = SpecGuardEngine(*tiny_pair, config=SpecGuardConfig(
+        k=1, temperature=0.0, max_new_tokens=24, max_step_tokens=6, verifier="short", tau=0.0))
+    result = engine.generate("What is 3 + 4?")
+    assert [s.score for s in result.steps] == [1.0 / len(s.token_ids) for s in result.steps
+                                                if s.score is not None]
+    assert all(s.grounding is None for s in result.steps)  # no attention was captured for it
+    with pytest.raises(ValueError, match="reserved"):
+        registry.register("auto", Short)
