@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The comparison of issue 15 (speculative fallback, three-way decision, balanced preset), interleaved
+# The main comparison (benchmarks/RESULTS.md, benchmarks/notes/2026-12-01-cascade-runs.md), interleaved
 # problem by problem in one run per dataset, so every method sees the same machine load. Resumable:
 # rerun to continue (finished (problem, method) pairs are kept; the run's settings, the presets
 # and the shipped verifier cards must be unchanged). Grows both datasets in stages (GSM8K 5 /

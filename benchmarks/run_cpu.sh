@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU benchmark of benchmarks/RESULTS.md, as it was run. Resumable: rerun to continue (finished
+# The first CPU benchmark (benchmarks/notes/2026-11-30-paper-and-fast-presets.md), as it was run. Resumable: rerun to continue (finished
 # (problem, method) pairs are kept). It grows both datasets in stages (GSM8K 10 / MATH-500 5, then
 # 20 / 10, then N_GSM8K / N_MATH), so a run stopped early still covers both.
 # Bounds: `specguard calibrate --dataset gsm8k --offset 900 --n 5 --max-new-tokens 320 --device cpu

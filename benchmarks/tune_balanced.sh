@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tuning of the `balanced` preset (issue 15; benchmarks/RESULTS.md, "Tuning the balanced preset"):
+# Tuning of the `balanced` preset (benchmarks/notes/2026-12-01-balanced-tuning.md):
 # each variant runs specguard-balanced alone on GSM8K problems 920..927, the tuning slice of
 # tune_fast.sh (neither the reported problems 0.. nor the calibration ones 900..904); the target's
 # reference on that slice is benchmarks/results/tune-fast/target-ref. Resumable like any bench run.
@@ -11,17 +11,16 @@ CARD=${CARD:-specguard_core/verifiers/qwen2.5-coder-0.5b-instruct.json}
 common=(--dataset gsm8k --n "$N" --offset 920 --methods specguard-balanced --max-new-tokens 400
         --bounds benchmarks/bounds-qwen2.5-coder-0.5b.json --device cpu --dtype bfloat16 --no-progress)
 run() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --out "benchmarks/results/tune-balanced/$name"; }
-# 9. (tenth session, code of commit 8e862b4 from a frozen worktree, GSM8K 920-927, one pinned core
-#    each) ending draft runs by the product of the draft's probabilities: the replay of greedy SD
+# 9. (code of commit 8e862b4 from a frozen worktree, GSM8K 920-927, one pinned core each) ending draft runs by the product of the draft's probabilities: the replay of greedy SD
 #    over run 3's 30 GSM8K target texts (benchmarks/sd_run_policies.py) predicts the fallback's
 #    draft runs at 0.179 s/token with sd_run_confidence=0.7 against 0.216 without it and 0.192 for
 #    transformers' rule; this measures it on the real engine, and the same idea for the check while
-#    the draft writes (check_run_below). Results: benchmarks/RESULTS.md; folders tune-balanced/s10-*.
+#    the draft writes (check_run_below). Results: the tuning note; folders tune-balanced/s10-*.
 #    Run alone: STEP=9 [PART=base|sdrun|checkrun|checkrun0.7] benchmarks/tune_balanced.sh. The
 #    committed s10 folders come from 8e862b4, before the preset had sd_run_confidence; the presets
-#    are part of a run's fingerprint, so today's code refuses to resume them: move them away (or
+#    are part of a run's fingerprint, so the current code refuses to resume them: move them away (or
 #    rename s10) to rerun; `base` sets sd_run_confidence=0, the preset as it was. (The steps below are
-#    earlier sessions' record; their folders no longer resume with today's presets).
+#    the earlier record; their folders no longer resume with the current presets).
 s10() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --out "benchmarks/results/tune-balanced/s10-$name"; }
 if [ "${STEP:-}" = 9 ]; then
   case "${PART:-all}" in
@@ -42,7 +41,7 @@ fi
 [ "${WITH_CARD:-0}" = 1 ] && run accept0.87-check --set balanced.verifier="$CARD" \
   --set balanced.tau_accept=0.87 --set balanced.tau_reject=-inf
 # From here on N_TUNE=4, pinned to one core with one torch thread (taskset -c 0, OMP_NUM_THREADS=1;
-# other jobs on the other core). Results (benchmarks/results/tune-balanced/, RESULTS.md):
+# other jobs on the other core). Results (benchmarks/results/tune-balanced/, the tuning note):
 #   2. 70.5 s/problem, 0.235 s/token; token-sd 80.3 s, 0.257 s/token; both 2/4 (the target's 2/4)
 #   3. 58.9 s, 0.204 s/token, 2/4 (same answers)  <- the balanced preset
 #   4. 67.6 s, 0.227 s/token, 2/4 (the cap made 921 slower: more, shorter failed steps)
@@ -61,7 +60,7 @@ run check-all-eps0.03-cap64 --set balanced.typical_eps=0.03 --set balanced.typic
 #    token must also have p >= typical_ratio * the target's top probability
 run check-all-eps0.03-ratio0.3 --set balanced.typical_eps=0.03 --set balanced.typical_delta=0.1 \
   --set balanced.typical_ratio=0.3 --set balanced.check_tokens=0
-# 6. (eighth session, same pinning; code of commit 9d2f8a0, run from a frozen worktree) the check
+# 6. (same pinning; code of commit 9d2f8a0, run from a frozen worktree) the check
 #    while the draft writes, next to the preset of 5 and token-level SD rerun on the same day:
 #      ratio0.3-rerun (5 again)           84.7 s, 268 draft tokens wasted / problem, 2/4
 #      check16 (check_tokens=16)          60.1 s, 103 wasted, 2/4   <- the balanced preset
@@ -77,9 +76,10 @@ s8 check8 --set balanced.check_tokens=8
 s8 check16-below0.5 --set balanced.check_tokens=16 --set balanced.check_below=0.5
 s8 check16-typicalfb --set balanced.check_tokens=16 --set balanced.fallback_acceptance=typical
 s8 token-sd --methods token-sd
-# 7. (eighth session, core 1 instead of 0, code of the sd_confidence commit) the speculative
+# 7. (core 1 instead of 0, code of commit d63001b) the speculative
 #    fallback ending a draft run at a token the draft doubts (transformers' assistant_confidence_
-#    threshold 0.4): slower here (68.5 s and 69.3 s against 62.7 s; token-sd 68.6 s), so it stays off.
+#    threshold 0.4): 68.5 s and 69.3 s against 62.7 s (token-sd 68.6 s), later found to be noise
+#    (the rule never fired on 920-921); step 9 measures the product rule instead; it stays off.
 #    Folders: benchmarks/results/tune-balanced/s8c1-*.
 s8c1() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" --n 4 "$@" --out "benchmarks/results/tune-balanced/s8c1-$name"; }
 s8c1 sdconf0.4 --set balanced.sd_confidence=0.4

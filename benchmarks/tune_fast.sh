@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tuning of the `fast` preset (benchmarks/RESULTS.md, "Tuning the fast preset"): each variant runs
+# Tuning of the `fast` preset as it was (benchmarks/notes/2026-11-30-fast-tuning.md): each variant runs
 # specguard-fast alone on GSM8K problems 920..927, a slice that is neither the reported one (0..)
 # nor the calibration one (900..904). Resumable like any bench run.
 set -euo pipefail
@@ -35,12 +35,12 @@ run k1-greedy-target-scored --set fast.k=1 --set fast.temperature=0 --set fast.s
 run k1-greedy-target-scored-tau0.65 --set fast.k=1 --set fast.temperature=0 --set fast.scoring_model=target \
                            --set fast.tau=0.65 --bounds "$target_bounds"
 # the one variant that matched the target alone at lower latency, run again on the reported GSM8K slice
-# (0..29) to see whether it holds there (RESULTS.md compares it with the main run's rows)
+# (0..29) to see whether it holds there (the tuning note compares it with the main run's rows)
 .venv/bin/specguard bench --dataset gsm8k --n 30 --offset 0 --methods specguard-fast --max-new-tokens 400 \
   --device cpu --dtype bfloat16 --no-progress --set fast.k=1 --set fast.temperature=0 \
   --set fast.scoring_model=target --set fast.tau=0.65 --bounds "$target_bounds" \
   --out benchmarks/results/validate-gsm8k/k1-greedy-target-scored-tau0.65
-# the before/after table of RESULTS.md
+# the before/after table of the tuning note
 .venv/bin/python - <<'PY'
 import json, pathlib
 print("| variant | k | T | tau | beta | scored by | correct | median s | mean s | tok/s | target tokens | acceptance | measured/ideal |")
