@@ -1,4 +1,4 @@
-"""Cost of one batched forward over N requests' caches vs N solo forwards (issue 19, layer 1).
+"""Cost of one batched forward over N requests' caches vs N solo forwards (layer 1).
 
 For the draft and the target of the default pair: a 1-token decode of one request; one batched
 decode of N requests (`engine.batch.extend_rows`, prefixes of different lengths); the same N

@@ -1,4 +1,4 @@
-"""What a batched forward costs when different threads run torch work (issue 19, CPU serving).
+"""What a batched forward costs when different threads run torch work (CPU serving).
 
 With the CPU wheels' OpenMP (libgomp), every OS thread that runs a parallel torch op keeps its own
 team of worker threads for the rest of its life. Once more threads are kept than there are CPUs,

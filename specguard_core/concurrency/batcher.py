@@ -1,4 +1,4 @@
-"""The batching scheduler (issue 19): concurrent requests share their models' forwards.
+"""The batching scheduler: concurrent requests share their models' forwards.
 
 Every request still runs its steps top to bottom in its own thread (`loop._step` is unchanged); what
 changes is how a forward is run. With `EngineConfig(batching=True)` the engine's handles are

@@ -1,4 +1,4 @@
-"""Which threads run torch's parallel CPU ops (issue 19): one `Runner` thread for an engine's
+"""Which threads run torch's parallel CPU ops: one `Runner` thread for an engine's
 forwards, one OpenMP thread for the request threads around them.
 
 With an OpenMP build of torch (the CPU wheels link libgomp) every OS thread that runs a parallel op

@@ -1,6 +1,6 @@
 """32 callers on one engine at once get exactly what serial calls give: requests are served one at
 a time, each with its own state (caches, generator, tool-call bookkeeping), and none leaks into
-another. (A stream left suspended while others run is the step loop's to fix: issue 17 item 1.)"""
+another. (A stream left suspended while others run is the step loop's to fix.)"""
 
 from __future__ import annotations
 

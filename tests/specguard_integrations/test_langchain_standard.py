@@ -51,7 +51,7 @@ class SpecGuardIntegrationFeatures(SpecGuardModel):
 class TestChatSpecGuardUnit(SpecGuardModel, ChatModelUnitTests):
     @property
     def standard_chat_model_params(self) -> dict[str, Any]:
-        # a local model has no API key; ChatSpecGuard refuses unknown arguments (issue 16 item 2)
+        # a local model has no API key; ChatSpecGuard refuses unknown arguments
         # rather than dropping them, so the suite's `api_key="test"` is left out
         return {k: v for k, v in super().standard_chat_model_params.items() if k != "api_key"}
 
