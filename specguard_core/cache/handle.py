@@ -34,7 +34,7 @@ class ModelHandle:
                  runner: Runner | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
-        # forwards run on this thread when given (an engine's, for CPU models: `threads.py`)
+        # forwards run on this thread when given (an engine's, for CPU models: `concurrency/cpu_runner.py`)
         self.runner = runner
         self.name = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
         capture.install(model)

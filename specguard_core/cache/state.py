@@ -74,7 +74,7 @@ class Target(Protocol):
     """The target as the loop and fallbacks use it (`commit_row`/`drop_uncommitted` through
     `TentativePass` and `Proposal`; `tokenizer`/`eos_ids`/`decode` through `StepText`). State per
     request lives in a `CacheState` (`ids` committed and encoded, `pending` committed but not yet
-    encoded, `counters`); the contracts are `ModelHandle`'s (see `handle.py`)."""
+    encoded, `counters`); the contracts are `ModelHandle`'s (see `cache/handle.py`)."""
 
     name: str
     tokenizer: Any

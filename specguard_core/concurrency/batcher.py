@@ -29,11 +29,11 @@ changes is how a forward is run. With `EngineConfig(batching=True)` the engine's
   A request waiting for a served target's HTTP answer (`turns.waiting_io`) lends the baton and
   does not count as running meanwhile, so the others' steps and rounds go on.
 - **The runner**: whichever request leads a round, its forwards run on the engine's one runner
-  thread (`threads.Runner`; the leader waits for them), and the requests' own code between
+  thread (`cpu_runner.Runner`; the leader waits for them), and the requests' own code between
   forwards runs with one OpenMP thread (`threads.one_omp_thread`): on a multi-core CPU, OpenMP
   teams kept by many threads made every forward about 1.3x slower (`concurrency/cpu_runner.py`).
 
-Results equal serial runs up to float rounding: each row sees only its own cache (see `batch.py`).
+Results equal serial runs up to float rounding: each row sees only its own cache (see `padded.py`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What one scheduling round runs (driven by `scheduler.Batcher`): the forwards requests
+"""What one scheduling round runs (driven by `batcher.Batcher`): the forwards requests
 wait for (`Call`), how they are grouped into padded forwards (`chunks`), and running them alone
 (`run_alone`) or together (`run_together`, over `batch.forward_rows`). `SchedulerStats` is what the
 scheduler counts."""

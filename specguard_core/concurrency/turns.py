@@ -3,7 +3,7 @@ another process lends its turn meanwhile.
 
 - `Turns` (the engine without batching): a lock held for one step of one request, taken in short
   slices so a cancelled request or one past its deadline stops waiting.
-- `scheduler.Batcher.step` does the same with batching (the baton, held between forwards).
+- `batcher.Batcher.step` does the same with batching (the baton, held between forwards).
 - `waiting_io()`: around a wait on another process (a served target's HTTP answer) the step
   running in this thread lends its turn, so the other requests' steps run meanwhile and their
   calls reach the server together (vLLM batches them); the waiting request touches no shared

@@ -2,9 +2,10 @@
 verdict (from the draft's own signals, or the target's with `scoring_model="target"`), and the
 target's one pass over the step (a check, target scoring, or the speculative fallback's first pass).
 
-`Judge` is the glue between the models and the pure parts: signals live in `signals.py`, the score
-and the route in `verifier.py`, the acceptance rules in `speculative.py`. One per engine; it holds
-no per-request state (the request's caches come in with `Request`).
+`Judge` is the glue between the models and the pure parts: signals live in `verify/signals.py`,
+the score and the route in `verify/verifier.py` (verifiers by name: `verify/registry.py`), the
+acceptance rules in `speculative.py`. One per engine; it holds no per-request state (the
+request's caches come in with `Request`).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class SpecGuardEngine:
         transformers model with its `target_tokenizer`, or a ready `Target` such as a
         `RemoteTarget` (a model on a vLLM server; its own tokenizer is used)."""
         self.engine_config = engine_config or EngineConfig()
-        self.runner = Runner()  # the thread of every forward of a CPU model (`threads.py`)
+        self.runner = Runner()  # the thread of every forward of a CPU model (`concurrency/cpu_runner.py`)
         self.batcher = Batcher.of(self.engine_config, self.runner)
         if isinstance(target_model, Target):
             check_vocab(draft_model, draft_tokenizer, "draft")

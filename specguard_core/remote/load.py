@@ -1,5 +1,5 @@
 """Loading a pair whose target is served by vLLM: `SpecGuardEngine.from_pretrained(draft,
-"http://HOST:PORT/v1", target_model=NAME)` comes here (see `remote.py` for the target itself).
+"http://HOST:PORT/v1", target_model=NAME)` comes here (see `target.py` for the target itself).
 
 The draft loads as any model does (`models.loading.load_model`); the target's tokenizer is read
 from local files only, and the server is asked what it serves and checked against it.
@@ -116,23 +116,23 @@ def draft_options(options: dict[str, Any]) -> dict[str, Any]:
 def _local_tokenizer(ref: str | None, strict: bool = False) -> tuple[Any, Any] | None:
     """(tokenizer, generation config or None) from the local files `ref` names, else None (or,
     when `strict`, an OSError that says what to pass)."""
-    from transformers import AutoTokenizer, GenerationConfig
+    from transformers import GenerationConfig
 
-    from specguard_core.models.registry import resolve
+    from specguard_core.models.loading import local_source, local_tokenizer
 
     if not ref:
         return None
-    folder = resolve(ref)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True,
-                                                  trust_remote_code=False)
+    try:  # files on disk only: never a request to the hub, not even a lookup
+        tokenizer = local_tokenizer(ref)
     except (OSError, ValueError) as err:
         if strict:
             raise OSError(f"target_tokenizer {ref!r} is not available locally ({err}); pass the "
                           "served model's folder (or `specguard models fetch` it)") from None
         return None
+    source = local_source(ref)
     try:
-        gen = GenerationConfig.from_pretrained(folder, local_files_only=True)
+        gen = GenerationConfig.from_pretrained(source[0], local_files_only=True) if source \
+            else None
     except (OSError, ValueError):
         gen = None
     return tokenizer, gen

@@ -16,7 +16,7 @@ OpenAI-compatible API, always with token ids (never text), so both sides agree o
 - The "cache" is the committed ids: `keep`/`discard`/`rollback` only move that list; the server's
   automatic prefix caching does the rest.
 
-A request counts as one forward call of the target. The HTTP side (`remote_http.ServerClient`)
+A request counts as one forward call of the target. The HTTP side (`http.ServerClient`)
 lends the engine to its other requests while it waits, so concurrent requests reach the server
 together and it batches them. Errors name the server and say what to do (`RemoteTargetError`),
 here for a server that serves another model or tokenizer.
