@@ -17,6 +17,7 @@ from typing import Any
 
 from specguard_bench.data import DATASETS, DEFAULT_MAX_NEW_TOKENS, FILE_MAX_NEW_TOKENS
 from specguard_bench.methods import METHODS, REMOTE_METHOD, preset_of
+from specguard_bench.suite_names import AGENT_METHODS, BFCL_METHODS, SUITES
 from specguard_core.config import (  # noqa: F401 (PRESETS, parse_value re-exported)
     PRESETS,
     EngineConfig,
@@ -66,7 +67,8 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
         help="draft and target have different tokenizers (steps cross between them as text)",
     )
     parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help="default: 700 for gsm8k, 800 for math500 and --dataset-file")
+                        help="default: 700 for gsm8k, 800 for math500 and --dataset-file; "
+                        "512 per model call for --suite bfcl and agents")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument(
@@ -87,10 +89,23 @@ def add_bench_parser(
         description="Runs every method on the same problems, problem by problem; writes "
         "results.jsonl (resumable), summary.json, results.md and results.png to --out.",
     )
+    p.add_argument("--suite", choices=SUITES, default="reasoning",
+                   help="reasoning: GSM8K/MATH-500 answers (default); bfcl: BFCL single-turn "
+                   "tool calling; agents: GSM8K with calculator tools through LangChain's "
+                   "create_agent and LlamaIndex's FunctionAgent (docs/benchmarks.md)")
     p.add_argument("--dataset", choices=sorted(DATASETS), default="gsm8k")
     p.add_argument("--dataset-file", type=Path, default=None, metavar="PATH",
                    help="a JSONL of your own problems (GSM8K question/answer or MATH "
-                   "problem/answer fields) instead of --dataset")
+                   "problem/answer fields; with --suite bfcl, BFCL's id/question/function/"
+                   "ground_truth) instead of --dataset")
+    p.add_argument("--categories", type=_csv(str), default=None, metavar="C,C,...",
+                   help="--suite bfcl: the shipped categories to run (default all: "
+                   "simple_python,multiple,parallel,parallel_multiple,irrelevance); --n and "
+                   "--offset apply to each")
+    p.add_argument("--turn-limit", type=positive_int, default=8, metavar="N",
+                   help="--suite agents: the most model turns one task may take (default 8)")
+    p.add_argument("--frameworks", type=_csv(str), default=None, metavar="F,F",
+                   help="--suite agents: langchain, llama_index (default both)")
     p.add_argument("--n", type=int, default=20, help="number of problems")
     p.add_argument("--offset", type=int, default=0, help="index of the first problem")
     p.add_argument(
@@ -98,7 +113,8 @@ def add_bench_parser(
         type=_csv(str),
         default=None,
         help=f"comma-separated subset of {','.join(METHODS)} (default: all; with --concurrency "
-        f"the specguard-* ones; {REMOTE_METHOD} with --target-url)",
+        f"the specguard-* ones; {REMOTE_METHOD} with --target-url; --suite bfcl: "
+        f"{','.join(BFCL_METHODS)}; --suite agents: {','.join(AGENT_METHODS)})",
     )
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="output directory")
     p.add_argument(
@@ -185,9 +201,13 @@ def add_calibrate_parser(
 
 
 def _max_new_tokens(args: argparse.Namespace) -> int:
-    """--max-new-tokens, else the dataset's default cap."""
+    """--max-new-tokens, else the suite's or the dataset's default cap."""
+    from specguard_bench.suite_names import DEFAULT_MAX_NEW_TOKENS as SUITE_MAX_NEW_TOKENS
+
     if args.max_new_tokens is not None:
         return int(args.max_new_tokens)
+    if getattr(args, "suite", "reasoning") in SUITE_MAX_NEW_TOKENS:
+        return SUITE_MAX_NEW_TOKENS[args.suite]
     if getattr(args, "dataset_file", None) is not None:
         return FILE_MAX_NEW_TOKENS
     return DEFAULT_MAX_NEW_TOKENS.get(args.dataset, FILE_MAX_NEW_TOKENS)
@@ -256,6 +276,17 @@ def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
     print(f"results in {args.out}/ (results.jsonl, summary.json, results.md, results.png)")
 
 
+def _suite(args: argparse.Namespace, sets: dict[str, Any]) -> None:
+    """--suite bfcl / agents: the tool-calling suites (`specguard_bench.suites.run_command`)."""
+    from specguard_bench.suites import run_command
+
+    if args.concurrency is not None or args.target_url:
+        raise ValueError(f"--concurrency and --target-url apply to the reasoning suite, not "
+                         f"--suite {args.suite}")
+    run_command(args, sets, max_new_tokens=_max_new_tokens(args),
+                max_batch_rows=_max_batch_rows(args))
+
+
 def _synthetic(args: argparse.Namespace, sets: dict[str, Any]) -> None:
     from specguard_bench.synthetic import SyntheticSettings, run_synthetic
     from specguard_bench.synthetic_report import synthetic_markdown
@@ -306,7 +337,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                or args.max_batch_rows is not None):
             raise ValueError("--concurrency, --batching, --max-batch-rows and --target-url "
                              "measure the real benchmark; they do not apply to --synthetic")
-        (_synthetic if args.synthetic else _bench)(args, sets)
+        if args.synthetic and args.suite != "reasoning":
+            raise ValueError("--synthetic times random-weight models; it has no --suite")
+        run = _synthetic if args.synthetic else _bench if args.suite == "reasoning" else _suite
+        run(args, sets)
     except (ValueError, ResumeMismatch, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -39,7 +39,14 @@ from specguard_bench.methods import (
     specguard_config,
 )
 from specguard_bench.metrics import ProblemRow, markdown_table, specguard_fields, summarize
-from specguard_bench.store import RESULTS, append_row, check_resume, load_rows, pending_pairs
+from specguard_bench.store import (
+    RESULTS,
+    TaskT,
+    append_row,
+    check_resume,
+    load_rows,
+    pending_pairs,
+)
 from specguard_core.config import PRESETS, EngineConfig, NormBounds, SpecGuardConfig
 from specguard_core.verifiers import SHIPPED_DIR
 
@@ -160,8 +167,10 @@ def warm_up(engine: Any, methods: Sequence[str], settings: BenchSettings) -> Non
         )
 
 
-def _iterate(pairs: list[tuple[Problem, str]], progress: bool) -> Iterator[tuple[Problem, str]]:
-    with tqdm(total=len(pairs), desc="bench", unit="run", disable=not progress) as bar:
+def iterate_pairs(pairs: list[tuple[TaskT, str]], progress: bool, desc: str = "bench"
+                  ) -> Iterator[tuple[TaskT, str]]:
+    """The (task, method) pairs with a progress bar (`desc`) showing the current pair."""
+    with tqdm(total=len(pairs), desc=desc, unit="run", disable=not progress) as bar:
         for problem, method in pairs:
             bar.set_postfix_str(f"{problem.uid} {method}")
             yield problem, method
@@ -302,7 +311,7 @@ def run_bench(settings: BenchSettings, engine: Any = None, remote_engine: Any = 
         if settings.warmup:
             for method in sorted({m for _, m in pairs}):
                 warm_up(engines.for_method(method), [method], settings)
-        for problem, method in _iterate(pairs, settings.progress):
+        for problem, method in iterate_pairs(pairs, settings.progress):
             append_row(results, run_pair(engines.for_method(method), problem, method, settings,
                                          bounds))
     wanted = {p.uid for p in problems}

@@ -145,23 +145,18 @@ def _sync(model: Any) -> None:
         torch.cuda.synchronize(device)
 
 
-def _hf_run(
-    engine: Any, method: str, messages: Sequence[Mapping[str, Any]], max_new_tokens: int
-) -> MethodOutput:
+def baseline_ids(engine: Any, method: str, prompt: Sequence[int], max_new_tokens: int,
+                 **generate: Any) -> list[int]:
+    """Greedy `model.generate` of a baseline method (`target`, `draft`, `token-sd`: the target
+    with transformers' assisted generation and the engine's draft) from `prompt` ids in the
+    vocabulary of the model that writes (`engine.draft` for `draft`, else `engine.target`); the
+    new ids. `generate` are extra `generate` keywords (e.g. `stop_strings`, `tokenizer`)."""
     import torch
 
     handle = engine.draft if method == "draft" else engine.target
-    t0 = time.perf_counter()
-    if handle is engine.target or getattr(engine, "same_vocab", True):
-        prompt = engine.prompt_ids(list(messages))
-    else:
-        text = handle.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=True
-        )
-        prompt = list(handle.tokenizer(text, add_special_tokens=False)["input_ids"])
-    ids = torch.tensor([prompt], device=next(handle.model.parameters()).device)
+    ids = torch.tensor([list(prompt)], device=next(handle.model.parameters()).device)
     cfg = greedy_config(handle.eos_ids, handle.tokenizer.pad_token_id, max_new_tokens)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = dict(generate)
     if method == "token-sd":
         extra["assistant_model"] = engine.draft.model
         if not getattr(engine, "same_vocab", True):
@@ -171,9 +166,25 @@ def _hf_run(
         out = handle.model.generate(
             ids, attention_mask=torch.ones_like(ids), generation_config=cfg, **extra
         )
-    new = out[0, len(prompt) :].tolist()
-    text = handle.tokenizer.decode(new, skip_special_tokens=True)
+    new: list[int] = out[0, len(prompt):].tolist()
     _sync(handle.model)
+    return new
+
+
+def _hf_run(
+    engine: Any, method: str, messages: Sequence[Mapping[str, Any]], max_new_tokens: int
+) -> MethodOutput:
+    handle = engine.draft if method == "draft" else engine.target
+    t0 = time.perf_counter()
+    if handle is engine.target or getattr(engine, "same_vocab", True):
+        prompt = engine.prompt_ids(list(messages))
+    else:
+        text = handle.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True
+        )
+        prompt = list(handle.tokenizer(text, add_special_tokens=False)["input_ids"])
+    new = baseline_ids(engine, method, prompt, max_new_tokens)
+    text = handle.tokenizer.decode(new, skip_special_tokens=True)
     latency = time.perf_counter() - t0
     finish = "stop" if new and new[-1] in handle.eos_ids else "length"
     prefilled = len(prompt) if method != "token-sd" else None

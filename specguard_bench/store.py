@@ -11,12 +11,21 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from specguard_bench.data import Problem
 from specguard_bench.metrics import ProblemRow
 
 T = TypeVar("T")
+
+
+class HasUid(Protocol):
+    """A task of any suite: a problem, a BFCL task, an agent task; `uid` is stable across runs."""
+
+    @property
+    def uid(self) -> str: ...
+
+
+TaskT = TypeVar("TaskT", bound=HasUid)
 
 RESULTS, RUN = "results.jsonl", "run.json"
 
@@ -86,8 +95,8 @@ def check_resume(out_dir: Path, fingerprint: Mapping[str, Any], *, run: str = RU
 
 
 def pending_pairs(
-    problems: Sequence[Problem], methods: Sequence[str], done: set[tuple[str, str]]
-) -> list[tuple[Problem, str]]:
+    problems: Sequence[TaskT], methods: Sequence[str], done: set[tuple[str, str]]
+) -> list[tuple[TaskT, str]]:
     """The (problem, method) pairs still to run, problem by problem, methods rotated per problem."""
     pairs = []
     for pos, problem in enumerate(problems):
