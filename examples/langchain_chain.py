@@ -15,21 +15,19 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import Runnable, RunnableLambda
 
-from specguard_core import NormBounds, preset
-from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_integrations import ChatSpecGuard
 
-BOUNDS = Path(__file__).resolve().parents[1] / "benchmarks" / "bounds-qwen2.5-coder-0.5b.json"
 PROBLEM = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
            "in May. How many clips did Natalia sell altogether in April and May?")
+ANSWER = "72"
+MAX_TOKENS = 200
 
 
 def final_number(text: str) -> str | None:
@@ -58,29 +56,31 @@ class StepPrinter(BaseCallbackHandler):
         self.finish_reason = meta.get("finish_reason", self.finish_reason)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--draft", default=DEFAULT_DRAFT,
-                        help="model id, cached name, folder or .gguf (default: %(default)s, "
-                             "found in the `specguard models fetch` cache)")
-    parser.add_argument("--target", default=DEFAULT_TARGET, help="as --draft (default: %(default)s)")
-    parser.add_argument("--max-tokens", type=int, default=200)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--bounds", default=str(BOUNDS) if BOUNDS.is_file() else None,
-                        help="normaliser bounds from `specguard calibrate` (default: the pair's)")
-    parser.add_argument("--tau", type=float, default=None, help="acceptance threshold")
-    args = parser.parse_args()
-
-    bounds = {"bounds": NormBounds.load(args.bounds)} if args.bounds else {}
-    model = ChatSpecGuard(draft=args.draft, target=args.target, device=args.device,
-                          config=preset("fast", **bounds), max_tokens=args.max_tokens,
-                          tau=args.tau)
+def build_chain(model: ChatSpecGuard) -> Runnable[dict[str, str], str | None]:
+    """prompt | model | StrOutputParser | final_number."""
     prompt = ChatPromptTemplate.from_messages([
         ("system", "You are a math tutor. Keep answers under 80 words."),
         ("human", "{problem}\n\nWork it out in short paragraphs, then write 'The answer is' "
                   "followed by the number."),
     ])
-    chain = prompt | model | StrOutputParser() | RunnableLambda(final_number)
+    return prompt | model | StrOutputParser() | RunnableLambda(final_number)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--draft", help="model id, cached name, folder or .gguf (default: the "
+                        "library's default pair, found in the `specguard models fetch` cache)")
+    parser.add_argument("--target", help="as --draft (give both or neither)")
+    parser.add_argument("--preset", help="paper, balanced or fast (default: the library's, "
+                        "balanced)")
+    parser.add_argument("--tau", type=float, help="acceptance threshold (default: the preset's)")
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+
+    model = ChatSpecGuard(draft=args.draft, target=args.target, preset=args.preset,
+                          tau=args.tau, device=args.device, max_tokens=args.max_tokens)
+    chain = build_chain(model)
 
     printer = StepPrinter()
     print(f"Problem: {PROBLEM}\n")

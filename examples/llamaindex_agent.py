@@ -1,17 +1,13 @@
 """A LlamaIndex `FunctionAgent` on SpecGuard: tool calls verified step by step, streamed answer.
 
-    python examples/llamaindex_agent.py [--draft MODEL] [--target MODEL] [--question TEXT]
+    python examples/llamaindex_agent.py [--draft MODEL --target MODEL] [--preset NAME]
+                                        [--question TEXT]
 
 Runs offline with the default pair cached by `specguard models fetch` (Qwen2.5-Coder 0.5B draft,
-1.5B target). Each tool call is one SpecGuard step: the draft proposes it, and a call that does not
-parse, names an unknown tool or breaks the tool's schema is rewritten by the target.
-
-The small Coder pair often writes a tool call as bare JSON (or in a ```json fence) instead of
-inside the `<tool_call>` tags its chat template asks for; the engine treats such a step as a tool
-call too (when tools are offered) and verifies it the same way. The agent's first turn is still
-asked to call a tool (`initial_tool_choice`, `--first-tool-choice`), so a draft step that is not a
-tool call is rejected and the target opens the `<tool_call>` block itself. With a larger pair,
-pass `--first-tool-choice auto`.
+1.5B target). Each tool call is one SpecGuard step: the draft proposes it and the target checks
+it, so the calls (and the choice between calling a tool and answering) are the target's own; a
+call that names no tool or breaks a tool's schema reaches the agent as a tool call, which the
+agent answers with the tool's error so that the model can try again.
 """
 
 from __future__ import annotations
@@ -34,12 +30,16 @@ from llama_index.core.agent.workflow import (  # noqa: E402
 )
 from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
 
-from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 from specguard_integrations import SpecGuardLLM  # noqa: E402
 from specguard_integrations.llama_index_trace import SpecGuardTraceHandler  # noqa: E402
 
 STOCK = {"apples": 120, "pears": 45, "plums": 0}
 PRICES = {"apples": 0.5, "pears": 0.8, "plums": 1.2}
+QUESTION = "How many pears do we have in stock?"
+ANSWER = "45"
+MAX_TOKENS = 120
+SYSTEM = ("You are a shop assistant. Use the tools to look up facts and to compute, then answer in "
+          "one sentence.")
 
 
 def check_stock(fruit: str) -> int:
@@ -71,9 +71,17 @@ def print_traces(traces: list[dict[str, Any]]) -> None:
             print(f"  {s['index']:>2} {s['source']:6} {s['kind']:9} {score} {text[:70]}{note}")
 
 
-async def run(agent: FunctionAgent, question: str) -> str:
+def build_agent(llm: SpecGuardLLM) -> FunctionAgent:
+    """The agent: the three tools and the system prompt; the model decides when to call them."""
+    return FunctionAgent(tools=[check_stock, unit_price, multiply], llm=llm, system_prompt=SYSTEM)
+
+
+async def run(agent: FunctionAgent, question: str = QUESTION, verbose: bool = True) -> str:
+    """The agent's final answer to `question`; prints the streamed events unless not `verbose`."""
     handler = agent.run(user_msg=question)
     async for event in handler.stream_events():
+        if not verbose:
+            continue
         if isinstance(event, AgentInput):
             print("\n[assistant] ", end="", flush=True)
         elif isinstance(event, AgentStream) and event.delta:
@@ -88,32 +96,23 @@ async def run(agent: FunctionAgent, question: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--draft", default=DEFAULT_DRAFT,
-                        help="model id, cached name, folder or .gguf (default: %(default)s, "
-                             "found in the `specguard models fetch` cache)")
-    parser.add_argument("--target", default=DEFAULT_TARGET, help="as --draft (default: %(default)s)")
+    parser.add_argument("--draft", help="model id, cached name, folder or .gguf (default: the "
+                        "library's default pair, found in the `specguard models fetch` cache)")
+    parser.add_argument("--target", help="as --draft (give both or neither)")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--preset", default="fast", choices=["fast", "paper"])
-    parser.add_argument("--max-tokens", type=int, default=120)
-    parser.add_argument("--question", default="How many pears do we have in stock?")
-    parser.add_argument("--first-tool-choice", default="required",
-                        help="tool_choice of the agent's first turn: required, a tool name or auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--preset", help="paper, balanced or fast (default: the library's, "
+                        "balanced)")
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
+    parser.add_argument("--question", default=QUESTION)
     args = parser.parse_args()
 
-    t0 = time.perf_counter()
     llm = SpecGuardLLM(draft=args.draft, target=args.target, device=args.device, dtype=args.dtype,
                        preset=args.preset, max_tokens=args.max_tokens)
-    print(f"loaded {llm.metadata.model_name} in {time.perf_counter() - t0:.1f} s")
     collector = SpecGuardTraceHandler()
     get_dispatcher().add_event_handler(collector)
-
-    agent = FunctionAgent(
-        tools=[check_stock, unit_price, multiply], llm=llm,
-        initial_tool_choice=args.first_tool_choice,
-        system_prompt="You are a shop assistant. Use the tools to look up facts and to compute, "
-                      "then answer in one sentence.")
-    print(f"\n[user] {args.question}")
+    agent = build_agent(llm)
+    print(f"[user] {args.question}  (the pair loads at the first model call)")
     t0 = time.perf_counter()
     answer = asyncio.run(run(agent, args.question))
     print(f"\n\n[final answer] {answer}  ({time.perf_counter() - t0:.1f} s)")

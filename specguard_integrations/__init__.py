@@ -1,8 +1,8 @@
 """Thin adapters over `specguard_core.SpecGuardEngine` (imported lazily, so neither LangChain nor
 LlamaIndex is loaded until its adapter is used).
 
-- `ChatSpecGuard`: a LangChain `BaseChatModel` (extra `specguard[langchain]`).
-- `SpecGuardLLM`: a LlamaIndex `FunctionCallingLLM` (extra `specguard[llamaindex]`).
+- `ChatSpecGuard`: a LangChain `BaseChatModel` (from a checkout: `pip install -e ".[langchain]"`).
+- `SpecGuardLLM`: a LlamaIndex `FunctionCallingLLM` (`pip install -e ".[llamaindex]"`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,13 @@ __all__ = ["ChatSpecGuard", "SpecGuardLLM"]
 
 def __getattr__(name: str) -> Any:
     if name == "ChatSpecGuard":
-        from specguard_integrations.langchain import ChatSpecGuard
-
+        try:
+            from specguard_integrations.langchain import ChatSpecGuard
+        except ModuleNotFoundError as err:
+            if not (err.name or "").startswith("langchain"):
+                raise
+            raise ImportError("ChatSpecGuard needs LangChain; from a SpecGuard checkout install "
+                              "it with `pip install -e \".[langchain]\"`") from err
         return ChatSpecGuard
     if name == "SpecGuardLLM":
         from specguard_integrations.llama_index import SpecGuardLLM

@@ -26,13 +26,14 @@ An unknown constructor argument is an error that names the valid ones; renamed a
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from specguard_core.config import PRESETS, EngineConfig, SpecGuardConfig, default_config, override_names
 from specguard_core.config import preset as make_preset
 from specguard_core.models.registry import resolve
+from specguard_core.types import ToolCall
 
 KNOBS = ("temperature", "max_tokens", "top_p", "top_k", "min_p", "repetition_penalty", "stop",
          "seed", "k", "tau", "beta", "max_steps")
@@ -200,6 +201,15 @@ def profile(draft: str, target: str, engine: Any = None) -> dict[str, Any]:
         out["max_input_tokens"] = window
         out["max_output_tokens"] = window
     return out
+
+
+def surfaced(calls: Sequence[ToolCall]) -> list[ToolCall]:
+    """The calls an agent sees as tool calls: valid ones, and invalid ones that parsed to a tool
+    name (misspelt, or with arguments that break the schema), so that the agent's own error path
+    answers them ("Error: mult is not a valid tool", a tool's argument error) and the model can
+    retry, as ChatOpenAI, ChatOllama and vLLM's tool parsers return such calls; a call that did
+    not parse at all (no name) is not one."""
+    return [c for c in calls if c.valid or c.name]
 
 
 def check_placement(owner: str, options: Mapping[str, Any], target: str | None = None) -> None:

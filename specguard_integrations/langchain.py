@@ -1,4 +1,4 @@
-"""LangChain chat model over `SpecGuardEngine` (extra `specguard[langchain]`).
+"""LangChain chat model over `SpecGuardEngine` (from a checkout: `pip install -e ".[langchain]"`).
 
 Translation only: LangChain messages, tools and options go in as the engine's OpenAI-style inputs,
 the engine's committed steps come out as `AIMessageChunk`s (one per step, with that step's source
@@ -35,7 +35,8 @@ from specguard_core import EngineConfig, GenerationResult, SpecGuardConfig, Spec
 from specguard_core.config import override_names
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.loop import GenerationStream
-from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, resolve
+from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specguard_core.text.chat import check_template_kwargs
 from specguard_core.text.formats import with_instruction
 from specguard_core.types import StepRecord
 from specguard_integrations.common import (
@@ -64,7 +65,7 @@ from specguard_integrations.langchain_convert import (
 __all__ = ["ChatSpecGuard", "normalise_tool_choice", "to_engine_message"]
 
 _CALL_KEYS = {"tools", "tool_choice", "response_format", "parallel_tool_calls", "model",
-              "max_tokens", "stop", "logprobs"}
+              "max_tokens", "stop", "logprobs", "chat_template_kwargs"}
 
 
 class _Run:
@@ -86,7 +87,7 @@ class _Run:
             for step in stream:
                 yield ChatGenerationChunk(message=translator.chunk(step))
             self.result = stream.result
-            last = final_chunk(stream.result)
+            last = final_chunk(stream.result, self._max_calls)
             if self._decode is not None:  # asked for logprobs: ChatOpenAI's metadata shape
                 last.response_metadata["logprobs"] = {
                     "content": stream.result.answer_logprobs(self._decode), "refusal": None}
@@ -156,6 +157,9 @@ class ChatSpecGuard(BaseChatModel):
     """Put each answer token's log-probability, under the model that wrote it (the draft for its
     kept tokens, the target for its own; raw, before sampling knobs), in
     `response_metadata["logprobs"]["content"]` (ChatOpenAI's shape; no `top_logprobs`)."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """Extra variables for the chat template, as vLLM's `chat_template_kwargs` (e.g. Qwen3's
+    `{"enable_thinking": False}`); a call's `chat_template_kwargs=` adds to (and overrides) them."""
     api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
     """Ignored (in-process models need no key); accepted so ChatOpenAI-style code can switch."""
     streaming: bool = False
@@ -204,6 +208,7 @@ class ChatSpecGuard(BaseChatModel):
             raise ValueError("pass both model= (or target=) and draft=, or neither for the "
                              "default pair, or a ready engine=")
         self._config(engine, {})  # fail early on bad values
+        check_template_kwargs(self.chat_template_kwargs)
         if engine is None:
             check_placement("ChatSpecGuard", loader_kwargs(self), self.target)
         if engine is not None and self.model is None:
@@ -235,7 +240,7 @@ class ChatSpecGuard(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         knobs = {name: getattr(self, name) for name in KNOBS}
         return {"model": self.model, "draft": self.draft, "preset": self.preset, **knobs,
-                **self.overrides}
+                "chat_template_kwargs": self.chat_template_kwargs, **self.overrides}
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         params = LangSmithParams(ls_provider="specguard", ls_model_type="chat",
@@ -276,16 +281,15 @@ class ChatSpecGuard(BaseChatModel):
         if engine is not None:
             return engine.tokenizer
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
+            from specguard_core.models.loading import local_tokenizer
 
             ref = self.model or DEFAULT_TARGET
             refs = tokenizer_refs(ref, self.draft or DEFAULT_DRAFT, self.target_tokenizer,
                                   self.target_model)
             for i, name in enumerate(refs):
-                try:
-                    self._tokenizer = AutoTokenizer.from_pretrained(
-                        resolve(name), local_files_only=True, revision=self.revision,
-                        trust_remote_code=self.trust_remote_code)
+                try:  # files on disk only: never a request to the hub, not even a lookup
+                    self._tokenizer = local_tokenizer(name, revision=self.revision,
+                                                      trust_remote_code=self.trust_remote_code)
                     break
                 except (OSError, ValueError) as err:
                     if i == len(refs) - 1:
@@ -310,7 +314,8 @@ class ChatSpecGuard(BaseChatModel):
         tokenizer = self._local_tokenizer()
         text = render_prompt(tokenizer, normalise_messages([to_engine_message(m)
                                                             for m in messages]),
-                             check_tools([convert_to_openai_tool(t) for t in tools or []]))
+                             check_tools([convert_to_openai_tool(t) for t in tools or []]),
+                             self.chat_template_kwargs)
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     # ---- requests ------------------------------------------------------------------------
@@ -343,6 +348,9 @@ class ChatSpecGuard(BaseChatModel):
         requested = call.pop("model", None)
         logprobs = call.pop("logprobs", None)
         logprobs = self.logprobs if logprobs is None else logprobs
+        template = {**check_template_kwargs(self.chat_template_kwargs),
+                    **check_template_kwargs(call.pop("chat_template_kwargs", None))}
+        rendering = {"chat_template_kwargs": template} if template else {}
         self._config(self.injected_engine, call, stop)  # bad keywords fail before any loading
         converted = [to_engine_message(m) for m in messages]
         if response_format:
@@ -354,7 +362,7 @@ class ChatSpecGuard(BaseChatModel):
             cfg = self._config(engine, call, stop)
             stream = engine.stream(converted, tools=tools, tool_choice=choice,
                                    response_format=response_format, config=cfg,
-                                   timeout=self.timeout)
+                                   timeout=self.timeout, **rendering)
             return stream, cfg.stop
 
         decode = (lambda step, token: self.engine.token_text(step, token)) if logprobs else None

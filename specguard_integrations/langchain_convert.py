@@ -24,6 +24,7 @@ from langchain_core.utils.function_calling import convert_to_json_schema
 from specguard_core import GenerationResult, StepRecord, ToolCall
 from specguard_core.text import formats
 from specguard_core.text.steps import StepRules, strip_markers
+from specguard_integrations.common import surfaced
 
 _RULES = StepRules()
 _SKIPPED_BLOCKS = {"reasoning", "thinking", "redacted_thinking", "tool_use", "tool_call",
@@ -129,8 +130,14 @@ def normalise_tool_choice(choice: Any, tools: Sequence[dict[str, Any]]) -> str:
 
 # ---- engine steps -> LangChain chunks ------------------------------------------------------
 def _call_args(call: ToolCall) -> str:
-    """Valid calls carry JSON arguments; invalid ones their raw text (so they stay invalid)."""
-    return json.dumps(call.arguments, ensure_ascii=False) if call.valid else call.raw
+    """A call that parsed to a name carries its JSON arguments (it is a tool call, valid or not);
+    one that did not parse, its raw text (so the merged stream keeps it an invalid tool call)."""
+    return json.dumps(call.arguments, ensure_ascii=False) if surfaced([call]) else call.raw
+
+
+def _calls(result: GenerationResult, max_calls: int | None) -> list[ToolCall]:
+    """The run's tool calls in the order written, the first `max_calls` of them."""
+    return [s.tool_call for s in result.steps if s.tool_call is not None][:max_calls]
 
 
 def _visible(before: str, text: str, stops: Sequence[str]) -> str:
@@ -150,9 +157,16 @@ def _usage(result: GenerationResult) -> UsageMetadata:
     return usage
 
 
-def final_chunk(result: GenerationResult) -> AIMessageChunk:
-    metadata = {"finish_reason": result.finish_reason, "model_name": result.model_name,
-                "model_provider": "specguard", "specguard": result.stats.to_dict()}
+def final_chunk(result: GenerationResult, max_calls: int | None = None) -> AIMessageChunk:
+    """The stream's last chunk: finish reason, model, the run's stats, usage and, for each tool
+    call that failed verification, its error under `specguard_tool_call_errors` (call id ->
+    error; the call itself is in `tool_calls` when it names a tool)."""
+    metadata: dict[str, Any] = {"finish_reason": result.finish_reason,
+                                "model_name": result.model_name, "model_provider": "specguard",
+                                "specguard": result.stats.to_dict()}
+    errors = {c.id: c.error for c in _calls(result, max_calls) if c.error}
+    if errors:
+        metadata["specguard_tool_call_errors"] = errors
     return AIMessageChunk(content="", chunk_position="last", usage_metadata=_usage(result),
                           response_metadata=metadata)
 
@@ -190,17 +204,22 @@ class Translator:
 
 def final_message(chunks: list[AIMessageChunk], result: GenerationResult,
                   max_calls: int | None = None) -> AIMessage:
-    """The aggregated stream, with the engine's final answer text and verified tool calls (the
-    first `max_calls` calls, valid or not, in the order they were written)."""
+    """The aggregated stream, with the engine's final answer text and its tool calls (the first
+    `max_calls`, in the order they were written): `tool_calls` holds every call that parsed to a
+    name and an object of arguments, verified or not (`final_chunk` keeps the verification
+    errors), so the agent's tool node answers a misspelt or schema-breaking call and the model
+    retries; only calls that did not parse are `invalid_tool_calls`."""
     merged = chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0]
     extra = {"reasoning_content": result.reasoning} if result.reasoning else {}
-    calls = [s.tool_call for s in result.steps if s.tool_call is not None][:max_calls]
+    calls = _calls(result, max_calls)
+    named = surfaced(calls)
+    unparsed = [c for c in calls if not surfaced([c])]
     return AIMessage(
         content=result.text, additional_kwargs=extra, response_metadata=merged.response_metadata,
         usage_metadata=merged.usage_metadata, id=merged.id,
-        tool_calls=[tool_call(name=c.name, args=c.arguments, id=c.id) for c in calls if c.valid],
-        invalid_tool_calls=[invalid_tool_call(name=c.name, args=c.raw, id=c.id, error=c.error)
-                            for c in calls if not c.valid],
+        tool_calls=[tool_call(name=c.name, args=c.arguments, id=c.id) for c in named],
+        invalid_tool_calls=[invalid_tool_call(name=c.name or None, args=c.raw, id=c.id,
+                                              error=c.error) for c in unparsed],
     )
 
 

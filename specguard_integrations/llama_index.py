@@ -63,11 +63,14 @@ try:
     from llama_index.core.llms.llm import ToolSelection
 except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "SpecGuardLLM needs LlamaIndex; install it with `pip install 'specguard[llamaindex]'`"
+        "SpecGuardLLM needs LlamaIndex; from a SpecGuard checkout install it with "
+        "`pip install -e \".[llamaindex]\"`"
     ) from err
 
 from specguard_core.config import EngineConfig, SpecGuardConfig, override_names
 from specguard_core.engine.aio import iterate_in_thread
+from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specguard_core.text.chat import check_template_kwargs
 from specguard_core.types import GenerationResult, StepRecord
 from specguard_integrations.common import (
     KNOBS,
@@ -80,6 +83,7 @@ from specguard_integrations.common import (
     loader_kwargs,
     request_config,
 )
+from specguard_integrations.common import context_window as local_context_window
 from specguard_integrations.llama_index_convert import (
     Turn,
     chat_response,
@@ -132,8 +136,9 @@ class SpecGuardLLM(FunctionCallingLLM):
     """SpecGuard (step-level speculative reasoning) as a LlamaIndex function-calling chat LLM.
 
     Pass a loaded engine (`SpecGuardLLM(engine=engine)`; one engine can back several adapters and
-    concurrent callers), or `draft=` and `target=` (`model=` is the target too) to load the pair
-    lazily on first use. The vocabulary is shared with `ChatSpecGuard` (see
+    concurrent callers), or `draft=` and `target=` (`model=` is the target too; neither: the
+    default Qwen2.5-Coder 0.5B/1.5B pair) to load the pair lazily on first use (`metadata` does not
+    load it). The vocabulary is shared with `ChatSpecGuard` (see
     `specguard_integrations.common`): `config=` or `preset=` is the base of every call (else the
     engine's config), then the knob fields (`temperature`, `max_tokens`, ...), then per-call
     keywords to `chat`/`stream_chat`/... (`max_tokens`, `stop` and any `SpecGuardConfig` field).
@@ -187,6 +192,9 @@ class SpecGuardLLM(FunctionCallingLLM):
     target_timeout: float | None = Field(default=None, gt=0, description="seconds per answer of "
                                          "the target server")
     target_api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None, description="extra chat-template variables, as vLLM's chat_template_kwargs "
+        "(e.g. Qwen3's {'enable_thinking': False}); a call's chat_template_kwargs= adds to them")
     context_window: int | None = Field(
         default=None, ge=1, description="override of the models' context window")
     model_name: str | None = Field(default=None, description="name reported in metadata")
@@ -207,10 +215,14 @@ class SpecGuardLLM(FunctionCallingLLM):
     def __init__(self, engine: SpecGuardEngine | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._engine = engine
-        if engine is None and not (self.draft and self.target):
-            raise ValueError("SpecGuardLLM needs engine=SpecGuardEngine(...) or draft= and target=")
+        if engine is None and bool(self.draft) != bool(self.target):
+            raise ValueError("SpecGuardLLM needs both draft= and target= (or model=), neither for "
+                             "the default pair, or a ready engine=SpecGuardEngine(...)")
+        if engine is None and not self.draft:
+            self.draft, self.target = DEFAULT_DRAFT, DEFAULT_TARGET
         check_config_choice(self.config, self.preset)
         self._config(engine, {})  # bad option names or values fail here
+        check_template_kwargs(self.chat_template_kwargs)
         if engine is None:
             check_placement("SpecGuardLLM", loader_kwargs(self), self.target)
 
@@ -238,13 +250,24 @@ class SpecGuardLLM(FunctionCallingLLM):
 
     @property
     def metadata(self) -> LLMMetadata:
-        engine = self.engine
+        """What LlamaIndex reads to size prompts (query, chat engines, memory), answered without
+        loading the models: the context window is `context_window`, else the loaded engine's,
+        else the smaller `max_position_embeddings` in the draft's and target's local config.json
+        files, else LlamaIndex's default (3900); the model name is `model_name`, else the loaded
+        engine's, else "specguard:DRAFT+TARGET"."""
+        engine = self._engine
+        if engine is not None:
+            window, name = engine.context_window, engine.model_name
+        else:
+            windows = [w for w in (local_context_window(str(self.draft), self.revision),
+                                   local_context_window(str(self.target), self.revision)) if w]
+            window, name = min(windows, default=None), f"specguard:{self.draft}+{self.target}"
         return LLMMetadata(
-            context_window=self.context_window or engine.context_window or DEFAULT_CONTEXT_WINDOW,
+            context_window=self.context_window or window or DEFAULT_CONTEXT_WINDOW,
             num_output=self._config(engine, {}).max_new_tokens,
             is_chat_model=True,
             is_function_calling_model=True,
-            model_name=self.model_name or engine.model_name,
+            model_name=self.model_name or name,
         )
 
     def to_payload(self) -> dict[str, Any]:
@@ -262,8 +285,9 @@ class SpecGuardLLM(FunctionCallingLLM):
         unknown = sorted(set(options) - override_names() - {"max_tokens"})
         if unknown:
             raise ValueError(f"SpecGuardLLM got unknown option(s) {unknown}; per-call options are "
-                             "tools, tool_choice, response_format, max_tokens, stop and "
-                             "SpecGuardConfig fields (k, temperature, seed, ...)")
+                             "tools, tool_choice, response_format, chat_template_kwargs, "
+                             "max_tokens, stop and SpecGuardConfig fields (k, temperature, "
+                             "seed, ...)")
         base = base_config(self.config, self.preset, engine.config if engine else None)
         fields = knob_overrides({n: getattr(self, n) for n in KNOBS})
         return request_config(base, self.overrides, fields, knob_overrides(options))
@@ -276,15 +300,19 @@ class SpecGuardLLM(FunctionCallingLLM):
         tools = options.pop("tools", None)
         tool_choice = options.pop("tool_choice", "auto")
         response_format = options.pop("response_format", None)
+        template = {**check_template_kwargs(self.chat_template_kwargs),
+                    **check_template_kwargs(options.pop("chat_template_kwargs", None))}
         self._config(self._engine, options)  # bad options fail here, before any loading
         return {"messages_or_prompt": to_engine_messages(messages), "tools": tools,
                 "tool_choice": tool_choice, "response_format": response_format,
+                "rendering": {"chat_template_kwargs": template} if template else {},
                 "options": options, "logprobs": logprobs}
 
     def _open(self, request: dict[str, Any]) -> GenerationStream:
         engine = self.engine
-        args = {k: v for k, v in request.items() if k not in ("options", "logprobs")}
-        return engine.stream(**args, config=self._config(engine, request["options"]),
+        args = {k: v for k, v in request.items() if k not in ("options", "logprobs", "rendering")}
+        return engine.stream(**args, **request["rendering"],
+                             config=self._config(engine, request["options"]),
                              timeout=self.timeout)
 
     def _open_turn(self, request: dict[str, Any]) -> tuple[GenerationStream, Turn]:
@@ -293,7 +321,8 @@ class SpecGuardLLM(FunctionCallingLLM):
                              "call does not carry them: stream without logprobs=True")
         stream = self._open(request)
         tools = None if request["tool_choice"] == "none" else request["tools"]
-        prompt = self.engine.prompt_ids(request["messages_or_prompt"], tools)
+        prompt = self.engine.prompt_ids(request["messages_or_prompt"], tools,
+                                        **request["rendering"])
         return stream, Turn(prompt_tokens=len(prompt))
 
     # ---- chat: undecorated bodies, so that complete() is one LLM event, not two ------------

@@ -22,6 +22,7 @@ from llama_index.core.llms.llm import ToolSelection
 
 from specguard_core.text.steps import StepRules, strip_markers
 from specguard_core.types import GenerationResult, StepRecord, ToolCall
+from specguard_integrations.common import surfaced
 
 EngineMessage = dict[str, Any]
 _ROLES = {"chatbot": "assistant", "model": "assistant", "function": "tool"}
@@ -111,13 +112,6 @@ def tool_selections(message: ChatMessage) -> list[ToolSelection]:
 
 
 # ---- engine output -> LlamaIndex responses -----------------------------------------------------
-def surfaced(calls: Sequence[ToolCall]) -> list[ToolCall]:
-    """The calls an agent sees: valid ones, and invalid ones that name a tool (misspelt, or with
-    arguments that break the schema) so the agent's own error path answers them; a call that did
-    not parse at all (no name) stays in the trace only."""
-    return [c for c in calls if c.valid or c.name]
-
-
 def _message(content: str, thinking: str, calls: Sequence[ToolCall]) -> ChatMessage:
     """The assistant message; tool calls as `ToolCallBlock`s and, as OpenAI's adapter also does,
     in `additional_kwargs["tool_calls"]` (read by LlamaIndex's streaming structured output)."""

@@ -1,9 +1,7 @@
-"""The `specguard` command: run (trace one question), models (offline cache), calibrate, bench,
-serve (OpenAI-compatible HTTP API).
+"""The `specguard` command line (`main`); each subcommand's parser and handler live beside it."""
 
-The root of the command line sits above core and bench, so neither imports the other's CLI. Heavy
-imports (torch, transformers) happen inside the handlers: `specguard --help` answers at once.
-"""
+# The root of the command line sits above core and bench, so neither imports the other's CLI.
+# Heavy imports (torch, transformers) happen inside the handlers: `specguard --help` answers at once.
 
 from __future__ import annotations
 
@@ -16,11 +14,25 @@ from specguard.cli.run import add_run_parser
 from specguard.cli.serve import add_serve_parser
 from specguard.cli.verifier import add_verifier_parsers
 
+DESCRIPTION = ("SpecGuard: a small draft model proposes each reasoning step, a verifier decides "
+               "from the draft's internals whether to keep it, and the large target model writes "
+               "the steps it rejects. `specguard COMMAND --help` describes each command.")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specguard")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
 
 def build_parser() -> argparse.ArgumentParser:
     from specguard_bench.cli import add_bench_parser, add_calibrate_parser
 
-    parser = argparse.ArgumentParser(prog="specguard", description=__doc__)
+    parser = argparse.ArgumentParser(prog="specguard", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_parser(sub)
     add_models_parser(sub)
@@ -46,6 +58,23 @@ def _undecodable(argv: Sequence[str]) -> str | None:
     return None
 
 
+def error_line(err: BaseException) -> str:
+    """An error as one line: pydantic's validation report (several lines, a documentation URL),
+    whether raised or wrapped in a ValueError's message, becomes "field: problem (got value)"."""
+    from pydantic import ValidationError
+
+    cause = err if isinstance(err, ValidationError) else err.__context__
+    text = str(err)
+    if isinstance(cause, ValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
+            + (f" (got {e['input']!r:.60})" if e["type"] != "missing" and "input" in e else "")
+            for e in cause.errors())
+        prefix = text[:text.index(str(cause))] if cause is not err and str(cause) in text else ""
+        return f"{prefix}{problems}"
+    return " ".join(text.split()) if "\n" in text else text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; bad input, missing or damaged models and failed fetches print one
     `error: ...` line and return 2 (never a traceback)."""
@@ -59,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (ValueError, OSError, ModelFetchError) as err:  # FileNotFoundError is an OSError
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {error_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

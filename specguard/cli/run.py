@@ -111,6 +111,8 @@ def _config(args: argparse.Namespace) -> SpecGuardConfig:
 
 
 def _print_step(console: Any, step: StepRecord) -> None:
+    from rich.markup import escape
+
     color = "green" if step.source == "draft" else "magenta"
     label = {"kept": "draft kept ", "target-checked": "draft checked", "target-verified":
              f"target +{step.target_written}", "regenerated": "target regen"}[step.path]
@@ -120,9 +122,13 @@ def _print_step(console: Any, step: StepRecord) -> None:
     head = f"[{color}]#{step.index:<2} {label}[/] [dim]{step.kind:9s} {scores} " \
         f"{step.latency_s:5.1f}s[/]"
     console.print(head, highlight=False)
-    console.print(step.text.rstrip() or "[dim](end)[/]", markup=False, highlight=False)
+    if step.text.strip():  # model text: printed as it is, never read as rich markup
+        console.print(step.text.rstrip(), markup=False, highlight=False)
+    else:
+        console.print("[dim](end)[/]", highlight=False)
     if step.rejected_reason:
-        console.print(f"[dim]   rejected draft: {step.rejected_reason}[/]", highlight=False)
+        console.print(f"[dim]   rejected draft: {escape(step.rejected_reason)}[/]",
+                      highlight=False)
 
 
 def _print_summary(console: Any, result: GenerationResult) -> None:

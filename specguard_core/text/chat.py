@@ -55,9 +55,11 @@ def check_unicode(value: Any, where: str) -> None:
             stack.extend(item)
 
 
-def _content_text(content: Any, where: str) -> str | None:
+def content_text(content: Any, where: str) -> str | None:
     """Message content as text: a string, None, or an OpenAI content-part list whose text parts
-    are joined with newlines (as vLLM does); media parts are refused."""
+    are joined with newlines (as vLLM does); media parts are refused. The one normaliser of
+    content parts: the engine (`normalise_messages`), the server and the format instruction all
+    read content through it. `where` names the message in errors ("message 2")."""
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, (list, tuple)):
@@ -118,7 +120,7 @@ def normalise_messages(messages_or_prompt: str | Sequence[Message]) -> list[Mess
         if m["role"] == "developer":  # OpenAI's newer name for system; templates only know system
             m["role"] = "system"
         if "content" in m:
-            m["content"] = _content_text(m["content"], f"message {i}")
+            m["content"] = content_text(m["content"], f"message {i}")
         if m.get("tool_calls"):
             _check_prior_calls(m["tool_calls"], f"message {i}")
         check_unicode(m, f"message {i}")
@@ -186,8 +188,36 @@ def _arguments_as_dicts(messages: list[Message]) -> list[Message]:
     return out
 
 
-def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]]) -> str:
-    """The conversation as this tokenizer's chat template renders it, ready for the assistant turn."""
+# apply_chat_template's own parameters: not template variables
+_RENDER_ARGS = frozenset({"conversation", "messages", "tools", "documents", "chat_template",
+                          "add_generation_prompt", "continue_final_message", "tokenize", "padding",
+                          "truncation", "max_length", "return_tensors", "return_dict",
+                          "return_assistant_tokens_mask", "tokenizer_kwargs"})
+
+
+def check_template_kwargs(template_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Extra chat-template variables (vLLM's `chat_template_kwargs`, e.g. Qwen3's
+    `{"enable_thinking": False}`), checked: a mapping of names to values, none of them one of
+    `apply_chat_template`'s own parameters; None is no variables."""
+    if template_kwargs is None:
+        return {}
+    if not isinstance(template_kwargs, Mapping):
+        raise InputError(f"chat_template_kwargs must be a dict of template variables (e.g. "
+                         f"{{'enable_thinking': False}}), got {type(template_kwargs).__name__}")
+    bad = sorted(str(k) for k in template_kwargs if not isinstance(k, str) or k in _RENDER_ARGS)
+    if bad:
+        raise InputError(f"chat_template_kwargs cannot set {bad}: the names must be strings, and "
+                         "messages, tools and the rendering options are set by SpecGuard itself")
+    check_unicode(template_kwargs, "chat_template_kwargs")
+    return dict(template_kwargs)
+
+
+def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]],
+                  template_kwargs: Mapping[str, Any] | None = None) -> str:
+    """The conversation as this tokenizer's chat template renders it, ready for the assistant turn;
+    `template_kwargs` are extra template variables (`check_template_kwargs`), which a tokenizer
+    without a chat template has no use for."""
+    extra = check_template_kwargs(template_kwargs)
     if not getattr(tokenizer, "chat_template", None):
         if tools:
             raise InputError("this tokenizer has no chat template, so it cannot render tools")
@@ -195,7 +225,7 @@ def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str,
     try:
         text = tokenizer.apply_chat_template(
             _arguments_as_dicts(messages), tools=tools or None, tokenize=False,
-            add_generation_prompt=True,
+            add_generation_prompt=True, **extra,
         )
     except Exception as err:  # jinja raises many types; the user needs the template's own message
         raise InputError(f"the chat template cannot render this conversation: {err}") from err

@@ -3,7 +3,8 @@ and the structural check of answer text against it.
 
 `ResponseFormat.of(...)` takes the forms callers pass (OpenAI's `{"type": "json_schema", ...}` and
 `{"type": "json_object"}`, `"json"`, or a JSON schema itself); `check_answer` is a pure function the
-verifier applies to each answer step, like the schema check of a tool call.
+verifier applies to each answer step, like the schema check of a tool call; `final_text` is the
+finished answer as a JSON parser reads it (a ```json fence the check allows taken off).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+
+from specguard_core.text.chat import content_text
 
 _FENCE_OPEN = re.compile(r"^```(?:json)?\s*")
 _NUMBER_START = re.compile(r"-?\d*\.?\d*(?:[eE][-+]?\d*)?")
@@ -100,6 +103,28 @@ def check_answer(answer: str, fmt: ResponseFormat, done: bool) -> str | None:
     return None
 
 
+def final_text(text: str, fmt: ResponseFormat | None) -> str:
+    """The finished answer text as the caller gets it: unchanged without a format; under one, the
+    JSON itself, so that `json.loads(text)` reads what `check_answer` accepted: a ```json fence
+    around it is taken off, and a raw control character inside a string (which the check, like
+    most models' readers, tolerates) is escaped by writing the object out again."""
+    if fmt is None:
+        return text
+    body = _unfenced(text)
+    try:
+        json.loads(body)
+    except RecursionError:
+        return body
+    except ValueError:
+        try:
+            value, end = json.JSONDecoder(strict=False).raw_decode(body)
+        except (ValueError, RecursionError):
+            return body  # not JSON (a cut-off or refused answer): the text without its fence
+        if not body[end:].strip():
+            return json.dumps(value, ensure_ascii=False)
+    return body
+
+
 _JSON_ONLY = "Reply with a single JSON object and nothing else."
 
 
@@ -117,8 +142,11 @@ def format_instruction(response_format: dict[str, Any]) -> str | None:
 
 
 def with_instruction(messages: list[dict[str, Any]], instruction: str) -> list[dict[str, Any]]:
-    """`instruction` appended to the leading system (or developer) message, or added as one."""
+    """`instruction` appended to the leading system (or developer) message, or added as one; that
+    message's content may be a string or a list of text parts (joined as `content_text` joins
+    them)."""
     if messages and messages[0]["role"] in ("system", "developer"):
-        first = {**messages[0], "content": f"{messages[0]['content'] or ''}\n\n{instruction}".strip()}
+        text = content_text(messages[0].get("content"), "message 0") or ""
+        first = {**messages[0], "content": f"{text}\n\n{instruction}".strip()}
         return [first, *messages[1:]]
     return [{"role": "system", "content": instruction}, *messages]

@@ -144,3 +144,46 @@ def test_per_model_dtype_flags(pair_dirs: tuple[Path, Path], monkeypatch: pytest
     err = capsys.readouterr().err
     assert "draft_device='gpu': unknown device 'gpu' (did you mean cuda?)" in err
     assert "Traceback" not in err and len(engines) == 1  # refused before loading
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"specguard {version('specguard')}"
+
+
+def test_help_is_for_users(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "draft model proposes each reasoning step" in out and "--version" in out
+    assert "core and bench" not in out and "imports" not in out  # no notes on the code's layers
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--set", "k=abc"], "error: --set 'k=abc': k: Input should be a valid integer, unable to "
+                         "parse string as an integer (got 'abc')"),
+    (["--max-new-tokens", "0"], "error: max_new_tokens: Input should be greater than or equal "
+                                "to 1 (got 0)"),
+])
+def test_bad_config_values_are_one_error_line(argv: list[str], line: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "Hi", *argv]) == 2
+    assert capsys.readouterr().err == line + "\n"  # no pydantic dump, no URL
+
+
+def test_a_whitespace_step_prints_a_dim_end_mark_not_markup(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from specguard_core.engine.loop import SpecGuardEngine
+    from specguard_core.testing import scripted_engine
+
+    engine = scripted_engine(lambda prompt: "Hello [bold]there[/bold].\n\n\n\n")
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained",
+                        classmethod(lambda cls, *args, **kwargs: engine))
+    assert main(["run", "Hi", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "Hello [bold]there[/bold]." in out  # model text is never read as markup
+    assert "(end)" in out and "[dim]" not in out and "[/]" not in out

@@ -1,26 +1,24 @@
-"""A LangGraph agent with two tools completes a task that needs a tool call: LangChain's
-`create_agent` and LangGraph's `create_react_agent`, over the scripted pair in CI and over the
-real pair as an opt-in example."""
+"""LangGraph agents on ChatSpecGuard (LangChain's `create_agent` and LangGraph's
+`create_react_agent`) over scripted pairs: a task that needs a tool call, recovery after a
+misspelt call, a structured response. The real pair runs an agent in tests/examples (the
+agent of examples/langchain_agent.py)."""
 
 from __future__ import annotations
 
+import json
+import re
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from pydantic import BaseModel
 
-from specguard_core import NormBounds, preset
+from specguard_core.testing import scripted_engine
 from specguard_integrations.langchain import ChatSpecGuard
-from tests.specguard_integrations.langchain_helpers import (
-    HAVE_REAL,
-    REAL_REASON,
-    real_engine,
-    shared_engine,
-)
+from tests.specguard_integrations.langchain_helpers import shared_engine
 
 
 @tool
@@ -72,32 +70,55 @@ def test_agent_uses_a_tool_to_answer(build: Callable[[ChatSpecGuard], Any]) -> N
     assert trace[0]["source"] == "target"  # the draft's call was rejected and regenerated
 
 
-BOUNDS = Path(__file__).resolve().parents[2] / "benchmarks" / "bounds-qwen2.5-coder-0.5b.json"
-SYSTEM = ("Use the tools for arithmetic. Once you have the tool's result, reply to the user in one "
-          "plain English sentence that states the number.")
+def _misspells_first(prompt: str) -> str:
+    """A model that misspells the tool in its first call, then reads the tool node's error and
+    calls it by its right name, then answers from the result."""
+    results = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", prompt, re.DOTALL)
+    if not results:
+        return '<tool_call>\n{"name": "ad", "arguments": {"a": 3, "b": 4}}\n</tool_call>'
+    if results[-1].startswith("Error"):
+        return '<tool_call>\n{"name": "add", "arguments": {"a": 3, "b": 4}}\n</tool_call>'
+    return f"The sum is {results[-1]}."
 
 
-@pytest.mark.real
-@pytest.mark.skipif(not HAVE_REAL, reason=REAL_REASON)
-def test_agent_on_the_real_pair() -> None:
-    """The settings of examples/langchain_agent.py: preset "fast", the pair's calibrated bounds,
-    a stricter tau, and a middleware that asks for a call first and for the answer after it."""
+@pytest.mark.parametrize("build", BUILDERS, ids=["create_agent", "create_react_agent"])
+def test_agent_recovers_after_a_misspelt_tool_call(build: Callable[[ChatSpecGuard], Any]) -> None:
+    """A call that names no offered tool is a tool call, as ChatOpenAI/ChatOllama return one: the
+    tool node answers "Error: ad is not a valid tool" and the model tries again."""
+    pytest.importorskip("langchain.agents" if build is _create_agent else "langgraph.prebuilt")
+    engine = scripted_engine(_misspells_first)
+    agent = build(ChatSpecGuard(engine=engine, temperature=0))
+    messages = _run(agent, "What is 3 + 4?")
+    first, error, second, result, answer = messages[1:]
+    assert [c["name"] for c in first.tool_calls] == ["ad"] and not first.invalid_tool_calls
+    (call_id,) = first.response_metadata["specguard_tool_call_errors"]
+    assert call_id == first.tool_calls[0]["id"]
+    assert isinstance(error, ToolMessage) and "ad is not a valid tool" in str(error.content)
+    assert [(c["name"], c["args"]) for c in second.tool_calls] == [("add", {"a": 3, "b": 4})]
+    assert "specguard_tool_call_errors" not in second.response_metadata
+    assert isinstance(result, ToolMessage) and result.content == "7"
+    assert isinstance(answer, AIMessage) and answer.content == "The sum is 7."
+
+
+class Person(BaseModel):
+    """A person."""
+
+    name: str
+    age: int
+
+
+def _fences_its_json(prompt: str) -> str:
+    assert "JSON schema" in prompt  # the response format's instruction reached the model
+    return '```json\n{"name": "Ada", "age": 36}\n```'
+
+
+def test_agent_structured_response_from_fenced_json() -> None:
+    """A draft that fences its JSON passes the format check, and the agent's response format
+    parses the answer (`json.loads` of the message text: the fence is not part of it)."""
     from langchain.agents import create_agent
-    from langchain.agents.middleware import wrap_model_call
 
-    @wrap_model_call
-    def call_then_answer(request: Any, handler: Any) -> Any:
-        called = any(isinstance(m, ToolMessage) for m in request.messages)
-        return handler(request.override(tool_choice="none" if called else "any"))
-
-    bounds = {"bounds": NormBounds.load(BOUNDS)} if BOUNDS.is_file() else {}
-    model = ChatSpecGuard(engine=real_engine(), config=preset("fast", tau=0.8, **bounds),
-                          max_tokens=128)
-    agent = create_agent(model, tools=[add, get_weather], middleware=[call_then_answer],
-                         system_prompt=SYSTEM)
-    messages = _run(agent, "A shop has 1234 red pens and 4321 blue pens. How many pens does it "
-                           "have? Use a tool to compute it.")
-    calls = [c for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
-    assert [(c["name"], c["args"]) for c in calls] == [("add", {"a": 1234, "b": 4321})]
-    assert any(isinstance(m, ToolMessage) and m.content == "5555" for m in messages)
-    assert "5555" in str(messages[-1].content).replace(",", "")
+    model = ChatSpecGuard(engine=scripted_engine(_fences_its_json), temperature=0)
+    agent = create_agent(model, tools=[], response_format=Person)
+    out = agent.invoke({"messages": [HumanMessage("Ada is 36. Who is she?")]})
+    assert out["structured_response"] == Person(name="Ada", age=36)
+    assert json.loads(out["messages"][-1].content) == {"name": "Ada", "age": 36}

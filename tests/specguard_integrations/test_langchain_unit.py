@@ -290,17 +290,35 @@ def test_tool_calls_come_back_with_ids_and_stream_as_tool_call_chunks() -> None:
     assert [(c["name"], c["args"]) for c in full.tool_calls] == [("add", {"a": 3, "b": 4})]
 
 
-def test_invalid_tool_calls_come_back_as_invalid_tool_calls() -> None:
+def test_a_call_that_names_a_tool_is_a_tool_call_with_its_error_kept() -> None:
     bad = '<tool_call>\n{"name": "add", "arguments": {"a": "three"}}\n</tool_call>'
+    engine, _ = counting_engine(bad)
+    bound = chat(engine).bind_tools([ADD])
+    message = bound.invoke("Add three and four")
+    assert message.invalid_tool_calls == []
+    (call,) = message.tool_calls  # as ChatOpenAI returns it: the tool node answers the error
+    assert (call["name"], call["args"]) == ("add", {"a": "three"})
+    errors = message.response_metadata["specguard_tool_call_errors"]
+    assert list(errors) == [call["id"]] and "arguments invalid" in errors[call["id"]]
+    chunks = list(bound.stream("Add three and four"))
+    full = sum(chunks[1:], chunks[0])
+    assert full.invalid_tool_calls == []
+    assert [(c["name"], c["args"]) for c in full.tool_calls] == [("add", {"a": "three"})]
+    assert "arguments invalid" in next(iter(full.response_metadata[
+        "specguard_tool_call_errors"].values()))
+
+
+def test_only_calls_that_do_not_parse_are_invalid_tool_calls() -> None:
+    bad = '<tool_call>\n{"name": "add", "arguments": {"a": 3,\n</tool_call>'
     engine, _ = counting_engine(bad)
     bound = chat(engine).bind_tools([ADD])
     message = bound.invoke("Add three and four")
     assert message.tool_calls == []
     (invalid,) = message.invalid_tool_calls
-    assert invalid["name"] == "add" and "arguments invalid" in (invalid["error"] or "")
+    assert "unparseable" in (invalid["error"] or "") and invalid["args"] == bad
     chunks = list(bound.stream("Add three and four"))
     full = sum(chunks[1:], chunks[0])
-    assert full.tool_calls == [] and [c["name"] for c in full.invalid_tool_calls] == ["add"]
+    assert full.tool_calls == [] and len(full.invalid_tool_calls) == 1
 
 
 # ---- message conversion -----------------------------------------------------------------------

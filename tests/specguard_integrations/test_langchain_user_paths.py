@@ -1,4 +1,4 @@
-"""What LangChain users hit first (issue 16), one regression test per item, on scripted engines:
+"""What LangChain users hit first, one regression test per item, on scripted engines:
 JSON answers are not tool calls, constructor arguments are never dropped, structured output is
 verified, `profile`, `parallel_tool_calls=False`, loader options, offline token counting."""
 
@@ -93,7 +93,7 @@ def test_unknown_constructor_arguments_are_errors_naming_the_valid_ones() -> Non
 
 
 def test_sampling_knobs_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    """top_k, min_p, repetition_penalty: constructor fields and per-call keywords (issue 16,
+    """top_k, min_p, repetition_penalty: constructor fields and per-call keywords (
     self-hosting); a bad value fails at construction with the field named."""
     engine = scripted_engine(lambda p: "Hi.", config=CFG)
     seen = record_stream_configs(engine, monkeypatch)
@@ -127,7 +127,7 @@ def test_logprobs_in_chat_openais_metadata_shape() -> None:
 
 
 def test_api_key_is_accepted_and_ignored_base_url_is_refused() -> None:
-    """Code written for ChatOpenAI-like models switches by changing the class (issue 16 item 3)."""
+    """Code written for ChatOpenAI-like models switches by changing the class."""
     engine = scripted_engine(lambda p: "Hi.", config=CFG)
     model = ChatSpecGuard(engine=engine, api_key="sk-secret-123")
     assert model.invoke("Hello").content == "Hi."
@@ -278,7 +278,7 @@ def test_parallel_tool_calls_false_keeps_one_call() -> None:
     assert [json.loads(c["args"])["person"] for c in streamed] == ["Bob"]
 
 
-# ---- issue 17 item 9: token counting never reaches the hub --------------------------------------
+# ---- token counting never reaches the hub --------------------------------------
 def test_token_counting_of_an_uncached_pair_is_a_clear_error_not_a_download() -> None:
     model = ChatSpecGuard(draft="nobody/draft", target="nobody/target")
     with pytest.raises(ValueError, match="not available locally"):
@@ -296,3 +296,30 @@ def test_smaller_steps_for_chat_streaming() -> None:
     assert texts == ["Line one.\nLine two.\n\n", "Line three."]
     lines = [c.content for c in model.stream("Write three lines.", step_delimiters=("\n",))][:-1]
     assert lines == ["Line one.\n", "Line two.\n", "\nLine three."]
+
+
+def test_chat_template_kwargs_reach_the_chat_template() -> None:
+    from tests.specguard_integrations.template_helpers import PLAIN, THOUGHT, thinking_engine
+
+    engine = thinking_engine()
+    thinking = ChatSpecGuard(engine=engine).invoke("Hi")
+    assert thinking.content == THOUGHT.split("\n\n", 1)[1]
+    assert thinking.additional_kwargs["reasoning_content"]
+    off = ChatSpecGuard(engine=engine, chat_template_kwargs={"enable_thinking": False})
+    assert off.invoke("Hi").content == PLAIN
+    assert off.get_num_tokens_from_messages([HumanMessage("Hi")]) > \
+        ChatSpecGuard(engine=engine).get_num_tokens_from_messages([HumanMessage("Hi")])
+    per_call = ChatSpecGuard(engine=engine).invoke("Hi", chat_template_kwargs={
+        "enable_thinking": False})
+    assert per_call.content == PLAIN and "reasoning_content" not in per_call.additional_kwargs
+    assert off.invoke("Hi", chat_template_kwargs={"enable_thinking": True}).content == \
+        thinking.content  # the call's value wins over the field's
+
+
+def test_chat_template_kwargs_that_are_not_template_variables_fail_before_loading() -> None:
+    with pytest.raises(ValueError, match=r"cannot set \['tokenize'\]"):
+        ChatSpecGuard(draft="d", model="t", chat_template_kwargs={"tokenize": True})
+    model = ChatSpecGuard(draft="d", model="t")
+    with pytest.raises(ValueError, match="must be a dict of template variables"):
+        model.invoke("Hi", chat_template_kwargs="enable_thinking=False")
+    assert model._loaded is None

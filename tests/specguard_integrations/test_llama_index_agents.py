@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,6 +104,40 @@ def test_query_engine_answers(llm: SpecGuardLLM, index: VectorStoreIndex) -> Non
     assert str(response).startswith("According to the context, ")
     assert any(doc in str(response) for doc in DOCS)
     assert len(response.source_nodes) == 2
+
+
+def test_query_and_chat_engines_load_the_pair_at_the_first_question(
+        monkeypatch: pytest.MonkeyPatch, index: VectorStoreIndex, tmp_path: Path) -> None:
+    """Building query engines, chat engines and their memory reads `metadata`, which answers from
+    the model folders' config.json files; the pair loads when the first question is asked."""
+    from llama_index.core.chat_engine import SimpleChatEngine
+    from transformers import Qwen2Config
+
+    for name, window in (("draft", 8192), ("target", 4096)):
+        Qwen2Config(max_position_embeddings=window).save_pretrained(tmp_path / name)
+    loads: list[tuple[str, str]] = []
+
+    def load(cls: type, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
+        loads.append((draft, target))
+        return make_engine()
+
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained", classmethod(load))
+    lazy = SpecGuardLLM(draft=str(tmp_path / "draft"), target=str(tmp_path / "target"),
+                        max_tokens=300)
+    query_engine = index.as_query_engine(llm=lazy, similarity_top_k=2)
+    chat_engine = index.as_chat_engine(llm=lazy, chat_mode="condense_plus_context")
+    simple = SimpleChatEngine.from_defaults(llm=lazy)
+    meta = lazy.metadata
+    assert (meta.context_window, meta.num_output) == (4096, 300)
+    assert meta.model_name == f"specguard:{tmp_path / 'draft'}+{tmp_path / 'target'}"
+    assert loads == []
+    assert str(query_engine.query("How tall is the Eiffel Tower?")).startswith(
+        "According to the context, ")
+    assert loads == [(str(tmp_path / "draft"), str(tmp_path / "target"))]
+    assert lazy.metadata.model_name == "specguard-scripted"  # the loaded engine's, once loaded
+    assert str(simple.chat("hi")) == "Hello there.\n\nThe answer is 7."
+    assert str(chat_engine.chat("How tall is the Eiffel Tower?"))
+    assert len(loads) == 1
 
 
 def test_query_engine_streams(llm: SpecGuardLLM, index: VectorStoreIndex) -> None:

@@ -89,7 +89,8 @@ def test_constructor_is_cheap_and_loads_once(monkeypatch: pytest.MonkeyPatch,
     llm = SpecGuardLLM(draft="small", target="large")
     assert loads == []
     assert llm.to_payload()["draft"] == "small" and loads == []  # logging a call does not load
-    threads = [threading.Thread(target=lambda: llm.metadata) for _ in range(4)]
+    assert llm.metadata.model_name == "specguard:small+large" and loads == []  # nor metadata
+    threads = [threading.Thread(target=lambda: llm.engine) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -100,12 +101,20 @@ def test_constructor_is_cheap_and_loads_once(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_constructor_errors() -> None:
-    with pytest.raises(ValueError, match="engine=.*draft= and target="):
-        SpecGuardLLM()
+    with pytest.raises(ValueError, match="both draft= and target="):
+        SpecGuardLLM(draft="a")
     with pytest.raises(ValueError, match="nonsense"):
         SpecGuardLLM(draft="a", target="b", nonsense=1)
     with pytest.raises(ValueError, match="k"):
         SpecGuardLLM(draft="a", target="b", k=0)
+
+
+def test_the_default_pair_without_loading_it() -> None:
+    from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    llm = SpecGuardLLM()  # as ChatSpecGuard(): the default pair, loaded on first use
+    assert (llm.draft, llm.target) == (DEFAULT_DRAFT, DEFAULT_TARGET)
+    assert llm._engine is None and llm.metadata.is_function_calling_model
 
 
 def test_one_engine_backs_several_adapters(engine: SpecGuardEngine) -> None:

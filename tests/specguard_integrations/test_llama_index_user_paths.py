@@ -1,4 +1,4 @@
-"""What LlamaIndex users hit first (issue 16), on scripted engines: invalid tool calls reach the
+"""What LlamaIndex users hit first, on scripted engines: invalid tool calls reach the
 agent (which recovers from a misspelt tool), complete() counts tokens once, the constructor
 vocabulary shared with ChatSpecGuard, and JSON answers verified against a response format."""
 
@@ -118,7 +118,7 @@ def test_complete_counts_tokens_once() -> None:
         get_dispatcher().event_handlers.remove(events)
 
 
-# ---- item 2 and issue 13 item 4: the shared vocabulary -----------------------------------------
+# ---- item 2 and the shared vocabulary -----------------------------------------
 def test_knobs_and_presets_reach_the_engine_as_one_config(monkeypatch: pytest.MonkeyPatch) -> None:
     engine = scripted_engine(lambda p: "Hi.", config=CFG)
     seen: list[dict[str, Any]] = []
@@ -241,3 +241,19 @@ def test_logprobs_in_chat_responses() -> None:
     assert [row[0].logprob for row in rows] == [  # each step's own values, answer tokens only
         lp for s in result.steps for tok, lp in zip(s.token_ids, s.token_logprobs, strict=True)
         if tok not in engine.target.eos_ids]
+
+
+def test_chat_template_kwargs_reach_the_chat_template() -> None:
+    from tests.specguard_integrations.template_helpers import PLAIN, thinking_engine
+
+    engine = thinking_engine()
+    hi = [ChatMessage(role="user", content="Hi")]
+    thinking = SpecGuardLLM(engine=engine).chat(hi)
+    assert thinking.message.content == "Thought it over."
+    off = SpecGuardLLM(engine=engine, chat_template_kwargs={"enable_thinking": False})
+    assert off.chat(hi).message.content == PLAIN
+    assert "".join(r.delta or "" for r in off.stream_chat(hi)) == PLAIN
+    assert SpecGuardLLM(engine=engine).complete(
+        "Hi", chat_template_kwargs={"enable_thinking": False}).text == PLAIN
+    with pytest.raises(ValueError, match=r"cannot set \['tools'\]"):
+        SpecGuardLLM(engine=engine, chat_template_kwargs={"tools": []})

@@ -1,11 +1,14 @@
-"""`ResponseFormat.of` (the forms callers pass) and `check_answer` (the structural check of an
-answer under a response format)."""
+"""`ResponseFormat.of` (the forms callers pass), `check_answer` (the structural check of an
+answer under a response format), `final_text` (the answer a JSON parser reads) and the format
+instruction."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from specguard_core.text.formats import ResponseFormat, check_answer
+from specguard_core.text.formats import ResponseFormat, check_answer, final_text, with_instruction
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
           "required": ["name", "age"]}
@@ -52,3 +55,33 @@ def test_whole_answers_that_match() -> None:
                    '\n {"name": "Bob", "age": 42} \n'):
         assert check_answer(answer, FMT, done=True) is None
     assert check_answer('{"anything": [1]}', ResponseFormat(), done=True) is None
+
+
+@pytest.mark.parametrize("answer", [
+    '```json\n{"name": "Bob", "age": 42}\n```', '```\n{"name": "Bob", "age": 42}\n```',
+    '  {"name": "Bob", "age": 42}\n', '{"name": "Bob", "age": 42}```',
+])
+def test_final_text_is_the_json_the_check_accepted(answer: str) -> None:
+    assert check_answer(answer, FMT, done=True) is None
+    text = final_text(answer, FMT)
+    assert json.loads(text) == {"name": "Bob", "age": 42}
+    assert text == '{"name": "Bob", "age": 42}'  # the model's own JSON, not rewritten
+
+
+def test_final_text_escapes_raw_control_characters_the_check_tolerates() -> None:
+    answer = '```json\n{"name": "Bob\tSmith", "age": 42}\n```'  # a raw tab inside the string
+    assert check_answer(answer, FMT, done=True) is None
+    assert json.loads(final_text(answer, FMT)) == {"name": "Bob\tSmith", "age": 42}
+
+
+def test_final_text_without_a_format_or_valid_json() -> None:
+    fenced = '```json\n{"a": 1}\n```'
+    assert final_text(fenced, None) == fenced  # plain text answers keep their fences
+    assert final_text("```json\n{\"a\": ", ResponseFormat()) == '{"a":'  # cut off: unfenced
+
+
+def test_the_instruction_joins_a_system_message_given_as_text_parts() -> None:
+    parts = [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}]
+    (first, _) = with_instruction([{"role": "system", "content": parts},
+                                   {"role": "user", "content": "hi"}], "Reply in JSON.")
+    assert first["content"] == "Be brief.\nBe kind.\n\nReply in JSON."
