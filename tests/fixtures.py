@@ -140,3 +140,13 @@ def record_stream_configs(engine: Any, monkeypatch: pytest.MonkeyPatch) -> list[
 
     monkeypatch.setattr(engine, "stream", spy)
     return seen
+
+
+# ---- devices ---------------------------------------------------------------------------------
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def on_device(pair: tuple[Any, Any, Any, Any], device: str) -> tuple[Any, Any, Any, Any]:
+    """(draft, tokenizer, target, tokenizer) with both models moved to `device` (in place)."""
+    draft, draft_tok, target, target_tok = pair
+    return draft.to(device), draft_tok, target.to(device), target_tok

@@ -69,8 +69,10 @@ def same(a: GenerationResult, b: GenerationResult) -> bool:
             [s.path for s in b.steps] and a.tool_calls == b.tool_calls)
 
 
-def test_concurrent_requests_equal_their_serial_runs(pair: tuple[Any, Any, Any, Any]) -> None:
-    serial, batched = engines(pair)
+def test_concurrent_requests_equal_their_serial_runs(
+        noisy_pair_on: tuple[Any, Any, Any, Any]) -> None:
+    """On each test device (`noisy_pair_on` is the module's `pair` there)."""
+    serial, batched = engines(noisy_pair_on)
     assert isinstance(batched.draft, BatchingHandle) and isinstance(batched.target, BatchingHandle)
     scores = sorted(s.score for s in serial.generate(SHORT, tau=-math.inf).steps
                     if s.score is not None)

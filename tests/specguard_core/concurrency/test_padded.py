@@ -24,7 +24,7 @@ class _Tok:
     eos_token_id = 2
 
 
-def _handle(arch: str) -> ModelHandle:
+def _handle(arch: str, device: str = "cpu") -> ModelHandle:
     torch.manual_seed(0)
     common: dict[str, Any] = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
                                   num_hidden_layers=3, num_attention_heads=4,
@@ -32,12 +32,13 @@ def _handle(arch: str) -> ModelHandle:
                                   initializer_range=0.3)  # wide init: logits differ a lot by context
     model = (Qwen2ForCausalLM(Qwen2Config(**common)) if arch == "qwen2"
              else LlamaForCausalLM(LlamaConfig(**common)))
-    return ModelHandle(model.float(), _Tok(), name=arch)
+    return ModelHandle(model.float().to(device), _Tok(), name=arch)
 
 
 @pytest.fixture(params=["qwen2", "llama"])
-def handle(request: pytest.FixtureRequest) -> ModelHandle:
-    return _handle(request.param)
+def handle(request: pytest.FixtureRequest, device: str) -> ModelHandle:
+    """Each architecture on each test device (`device` in conftest)."""
+    return _handle(request.param, device)
 
 
 def _prompts(lengths: list[int], seed: int = 1) -> list[list[int]]:

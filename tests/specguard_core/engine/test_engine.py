@@ -20,8 +20,9 @@ GREEDY = dict(k=1, temperature=0.0, max_new_tokens=48, max_step_tokens=12)
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_pair: tuple[Any, Any, Any, Any]) -> SpecGuardEngine:
-    return SpecGuardEngine(*tiny_pair, config=SpecGuardConfig(**GREEDY))
+def engine(tiny_pair_on: tuple[Any, Any, Any, Any]) -> SpecGuardEngine:
+    """The tiny pair on each test device (`device` in conftest)."""
+    return SpecGuardEngine(*tiny_pair_on, config=SpecGuardConfig(**GREEDY))
 
 
 def all_ids(result: GenerationResult) -> list[int]:
@@ -29,7 +30,8 @@ def all_ids(result: GenerationResult) -> list[int]:
 
 
 def reference(model: Any, prompt: list[int], n: int) -> list[int]:
-    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)
+    out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=n,
+                         do_sample=False)
     return list(out[0, len(prompt):].tolist())
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
+from tests.fixtures import on_device
 from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
 from tests.specguard_core.engine.test_engine import GREEDY, QUESTION, all_ids, reference
 
@@ -17,14 +18,15 @@ SD = dict(GREEDY, fallback="speculative")
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> SpecGuardEngine:
-    """A pair that partly disagrees (the conftest `tiny_pair` repeats one token from both models)."""
-    pair = noisy_copy_pair(tmp_path_factory.mktemp("noisy"))
+def engine(tmp_path_factory: pytest.TempPathFactory, device: str) -> SpecGuardEngine:
+    """A pair that partly disagrees (the conftest `tiny_pair` repeats one token from both models),
+    on each test device."""
+    pair = on_device(noisy_copy_pair(tmp_path_factory.mktemp(f"noisy-{device}")), device)
     return SpecGuardEngine(*pair, config=SpecGuardConfig(**SD))
 
 
-def test_tiny_pair_exactness(tiny_pair: tuple[Any, Any, Any, Any]) -> None:
-    eng = SpecGuardEngine(*tiny_pair, config=SpecGuardConfig(**SD))
+def test_tiny_pair_exactness(tiny_pair_on: tuple[Any, Any, Any, Any]) -> None:
+    eng = SpecGuardEngine(*tiny_pair_on, config=SpecGuardConfig(**SD))
     prompt = eng.prompt_ids(QUESTION)
     assert all_ids(eng.generate(QUESTION, tau=math.inf)) == reference(eng.target.model, prompt, 48)
     assert all_ids(eng.generate(QUESTION, tau=-math.inf)) == reference(eng.draft.model, prompt, 48)
@@ -114,7 +116,7 @@ def test_old_fallbacks_still_selectable(engine: SpecGuardEngine) -> None:
 def _penalised_reference(model: Any, prompt: list[int], n: int, penalty: float) -> list[int]:
     import torch
 
-    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
+    out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=n, do_sample=False,
                          repetition_penalty=penalty)
     return list(out[0, len(prompt):].tolist())
 
@@ -155,9 +157,9 @@ def _reference_logprobs(model: Any, prompt: list[int], ids: list[int]) -> list[f
     import torch
 
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + ids])).logits[0].float()  # [P+T, V]
+        logits = model(torch.tensor([prompt + ids], device=model.device)).logits[0].float()  # [P+T, V]
     rows = torch.log_softmax(logits[len(prompt) - 1: len(prompt) - 1 + len(ids)], dim=-1)
-    return rows.gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
+    return rows.gather(-1, torch.tensor(ids, device=rows.device)[:, None])[:, 0].tolist()
 
 
 @pytest.mark.parametrize("fallback", ["greedy", "speculative"])

@@ -120,13 +120,13 @@ def test_config_fields_validate_with_defaults_that_change_nothing() -> None:
 
 def _next_logits(model: Any, ids: list[int]) -> torch.Tensor:
     with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0, -1].float()  # [V]
+        return model(torch.tensor([ids], device=model.device)).logits[0, -1].float()  # [V]
 
 
 def test_speculative_sampling_keeps_the_targets_shaped_distribution(
-        tiny_pair: tuple[Any, Any, Any, Any]) -> None:
+        tiny_pair_on: tuple[Any, Any, Any, Any], device: str) -> None:
     """Draft samples from its shaped q, the target accepts with its shaped p: the output is p."""
-    draft, tok, target, _ = tiny_pair
+    draft, tok, target, _ = tiny_pair_on
     ids = tok("The answer is", add_special_tokens=False)["input_ids"]
     temp, top_p, shaping = 0.1, 0.95, Shaping(top_k=20, min_p=0.01, repetition_penalty=1.3)
     p_row = shaping.penalise_rows(_next_logits(target, ids)[None], ids, [])  # [1, V]
@@ -136,7 +136,7 @@ def test_speculative_sampling_keeps_the_targets_shaped_distribution(
     assert float((p - q).abs().sum()) / 2 > 0.2  # the two really differ
     assert int((p > 0).sum()) <= 20 and not torch.equal(
         p, nucleus_probs(_next_logits(target, ids), temp, top_p))  # shaping changed p
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(device).manual_seed(0)  # where the logits are, as the engine's
     n, counts, accepted = 6000, torch.zeros_like(p), 0
     rows = p_row.expand(2, -1)  # [2, V]: row 0 judges the draft token
     for _ in range(n):

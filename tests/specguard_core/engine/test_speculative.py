@@ -14,18 +14,18 @@ from tests.specguard_core.engine.stats_helpers import chi_square_p
 
 def _next_logits(model: Any, ids: list[int]) -> torch.Tensor:
     with torch.no_grad():
-        return model(torch.tensor([ids])).logits[0, -1].float()  # [V]
+        return model(torch.tensor([ids], device=model.device)).logits[0, -1].float()  # [V]
 
 
 def test_speculative_sampling_keeps_the_target_distribution(
-        tiny_pair: tuple[Any, Any, Any, Any]) -> None:
-    draft, tok, target, _ = tiny_pair
+        tiny_pair_on: tuple[Any, Any, Any, Any], device: str) -> None:
+    draft, tok, target, _ = tiny_pair_on
     ids = tok("The answer is", add_special_tokens=False)["input_ids"]
     temp, top_p = 0.05, 0.95  # tiny random models are nearly flat: a low temperature peaks them
     p_logits, q_logits = _next_logits(target, ids), _next_logits(draft, ids)
     p, q = nucleus_probs(p_logits, temp, top_p), nucleus_probs(q_logits, temp, top_p)
     assert float((p - q).abs().sum()) / 2 > 0.2  # the two really differ
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(device).manual_seed(0)  # where the logits are, as the engine's
     n, counts, accepted = 6000, torch.zeros_like(p), 0
     rows = torch.stack([p_logits, p_logits])  # [2, V]: row 0 judges the draft token
     for _ in range(n):

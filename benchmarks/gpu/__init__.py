@@ -1,0 +1,1 @@
+"""GPU cost measurements and latency projections (`run.sh`, `costs.py`, `project.py`)."""
