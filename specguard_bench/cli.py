@@ -278,7 +278,7 @@ def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
 
 def _suite(args: argparse.Namespace, sets: dict[str, Any]) -> None:
     """--suite bfcl / agents: the tool-calling suites (`specguard_bench.suites.run_command`)."""
-    from specguard_bench.suites import run_command
+    from specguard_bench.suite_command import run_command
 
     if args.concurrency is not None or args.target_url:
         raise ValueError(f"--concurrency and --target-url apply to the reasoning suite, not "

@@ -6,8 +6,6 @@ and timing.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -115,40 +113,3 @@ def run_pending(settings: SuiteSettings, bounds: NormBounds | None, tasks: Seque
         append_json(results, run_one(engines.for_method(method), task, method))
     wanted = {t.uid for t in tasks}
     return [r for r in load_jsonl(results, dict) if r["uid"] in wanted and r["method"] in methods]
-
-
-
-def run_command(args: argparse.Namespace, sets: Mapping[str, Any], *, max_new_tokens: int,
-                max_batch_rows: int | None) -> None:
-    """`specguard bench --suite bfcl|agents ...`: build the settings from the parsed flags, run
-    the suite, print its table (and, for BFCL, the skipped lines on stderr)."""
-    if args.suite == "bfcl" and args.dataset_file is not None and args.categories:
-        raise ValueError("--categories selects shipped BFCL categories; a --dataset-file "
-                         "brings its own (drop one of them)")
-    default = BFCL_METHODS if args.suite == "bfcl" else AGENT_METHODS
-    settings = SuiteSettings(
-        out_dir=args.out, dataset="bfcl" if args.suite == "bfcl" else "gsm8k", n=args.n,
-        offset=args.offset, seed=args.seed, methods=tuple(args.methods or default), sets=sets,
-        max_new_tokens=max_new_tokens, dataset_file=args.dataset_file, draft=args.draft,
-        target=args.target, device=args.device, dtype=args.dtype or "bfloat16",
-        heterogeneous=args.heterogeneous, batching=args.batching, max_batch_rows=max_batch_rows,
-        bounds_path=args.bounds, warmup=not args.no_warmup, progress=not args.no_progress,
-        suite=args.suite, categories=tuple(args.categories or ()),
-        turn_limit=args.turn_limit, frameworks=tuple(args.frameworks or FRAMEWORKS))
-    if args.suite == "bfcl":
-        from specguard_bench.bfcl_bench import run_bfcl
-
-        summary = run_bfcl(settings)
-        if summary["skipped"]:
-            print(f"skipped {len(summary['skipped'])} task(s) that cannot be used:",
-                  file=sys.stderr)
-            for entry in summary["skipped"]:
-                who = f" ({entry['id']})" if entry["id"] else ""
-                print(f"  {entry['source']}:{entry['line']}{who}: {entry['field']}: "
-                      f"{entry['error']}", file=sys.stderr)
-    else:
-        from specguard_bench.agents_report import run_agents
-
-        summary = run_agents(settings)
-    print(summary["table"], end="")
-    print(f"results in {args.out}/ (results.jsonl, summary.json, results.md)")
