@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
@@ -138,21 +138,25 @@ class SpecGuardEngine:
         return text, token_bytes(handle.tokenizer, token, text)
 
     def prompt_ids(self, messages_or_prompt: str | Sequence[Message],
-                   tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+                   tools: Sequence[dict[str, Any]] | None = None,
+                   chat_template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
         """The chat-templated prompt as the target tokenizes it."""
         text = render_prompt(self.target.tokenizer, normalise_messages(messages_or_prompt),
-                             check_tools(tools))
+                             check_tools(tools), chat_template_kwargs)
         return self.target.encode(text)
 
     # ---- public generation API -------------------------------------------------------------
     def generate(self, messages_or_prompt: str | Sequence[Message], *,
                  tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
                  response_format: Any = None, config: SpecGuardConfig | None = None,
-                 timeout: float | None = None, **overrides: Any) -> GenerationResult:
+                 timeout: float | None = None,
+                 chat_template_kwargs: Mapping[str, Any] | None = None,
+                 **overrides: Any) -> GenerationResult:
         """Run to completion with `config` (default: the engine's), then any keyword overrides of
         its fields (k=4, tau=0.6, ...). See `stream` for `timeout`."""
         stream = self.stream(messages_or_prompt, tools=tools, tool_choice=tool_choice,
                              response_format=response_format, config=config, timeout=timeout,
+                             chat_template_kwargs=chat_template_kwargs,
                              **overrides)
         for _ in stream:
             pass
@@ -161,7 +165,9 @@ class SpecGuardEngine:
     def stream(self, messages_or_prompt: str | Sequence[Message], *,
                tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
                response_format: Any = None, config: SpecGuardConfig | None = None,
-               timeout: float | None = None, **overrides: Any) -> GenerationStream:
+               timeout: float | None = None,
+               chat_template_kwargs: Mapping[str, Any] | None = None,
+               **overrides: Any) -> GenerationStream:
         """Yield each `StepRecord` as soon as it is committed. Input is validated here, eagerly;
         the request runs with `config` (default: the engine's) and keyword overrides of its fields.
         `response_format` ("json", a JSON schema, or OpenAI's json_schema/json_object dict) makes
@@ -182,7 +188,8 @@ class SpecGuardEngine:
         messages = normalise_messages(messages_or_prompt)
         checked = [] if tool_choice == "none" else check_tools(tools)
         required = required_tool(tool_choice, checked)
-        prompts = [self._prompt(h, messages, checked) for h in (self.draft, self.target)]
+        prompts = [self._prompt(h, messages, checked, chat_template_kwargs)
+                   for h in (self.draft, self.target)]
         req = Request(
             cfg=cfg, tools=checked, required=required,
             rules=StepRules.for_tokenizer(self.target.tokenizer, cfg.step_delimiters)
@@ -345,8 +352,9 @@ class SpecGuardEngine:
         return BatchingHandle(model, tokenizer, self.batcher, runner=runner)
 
     def _prompt(self, handle: Target, messages: list[Message],
-                tools: list[dict[str, Any]]) -> list[int]:
-        ids = handle.encode(render_prompt(handle.tokenizer, messages, tools))
+                tools: list[dict[str, Any]],
+                template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
+        ids = handle.encode(render_prompt(handle.tokenizer, messages, tools, template_kwargs))
         window = handle.context_window
         if window and len(ids) >= window:
             raise InputError(f"the prompt has {len(ids)} tokens but {handle.name}'s context window "

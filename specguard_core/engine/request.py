@@ -19,7 +19,7 @@ from specguard_core.cache.state import CacheState
 from specguard_core.config import Acceptance, SpecGuardConfig
 from specguard_core.engine.verify.verifier import Verdict
 from specguard_core.text.chat import parse_tool_call
-from specguard_core.text.formats import ResponseFormat
+from specguard_core.text.formats import ResponseFormat, final_text
 from specguard_core.text.steps import StepRules, call_closed, step_kind, strip_markers
 from specguard_core.types import (
     Cancelled,
@@ -227,7 +227,8 @@ class Request:
                 reasoning.append(strip_markers(text, self.rules))
         self.stats.wall_time_s = time.perf_counter() - self.started
         return GenerationResult(
-            text="".join(answer).strip(), raw_text=raw, reasoning="".join(reasoning).strip(),
+            text=final_text("".join(answer).strip(), self.response_format), raw_text=raw,
+            reasoning="".join(reasoning).strip(),
             steps=list(self.steps), usage=Usage(self.prompt_tokens, self.n_new), stats=self.stats,
             finish_reason=self.finish or "stop", tool_calls=list(self.tool_calls),
             invalid_tool_calls=list(self.invalid_tool_calls), model_name=model_name,
