@@ -101,7 +101,7 @@ class Judge:
             tok = self.target.tokenizer
             mask = torch.zeros(len(tok), dtype=torch.bool)
             mask[sorted(numeric_ids(tok))] = True
-            self._numeric = mask
+            self._numeric = mask.to(getattr(self.target, "device", "cpu"))  # the logits' device
         return self._numeric
 
     def target_pass(self, req: Request, cand: Candidate,
