@@ -12,9 +12,11 @@ import errno
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from specguard.cli.run import add_loader_flags, add_remote_flags, loader_options, remote_options
+from specguard.serve.extension import Limits
 from specguard_core.config import (
     DEFAULT_PRESET,
     PRESETS,
@@ -54,6 +56,16 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8000, help="default %(default)s")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                    help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}, else none)")
+    p.add_argument("--max-k", type=positive_int, default=Limits().max_k, metavar="N",
+                   help="the largest k and fallback_k a request may ask for (default "
+                   "%(default)s; each candidate holds a KV cache)")
+    p.add_argument("--max-tokens-cap", type=positive_int, default=None, metavar="N",
+                   help="the largest max_tokens (and max_new_tokens, max_steps, max_step_tokens) "
+                   f"a request may ask for (default: {Limits().max_tokens}, or --max-new-tokens "
+                   "if larger)")
+    p.add_argument("--verifier-dir", metavar="DIR", help="a folder of verifier cards a request "
+                   "may name (extra_body={'specguard': {'verifier': 'NAME'}}); default: none, "
+                   "requests choose 'auto' or 'paper' only")
     p.add_argument("--served-model-name", help="the model id clients send (default: "
                    "specguard:<draft>+<target> as given here; GET /v1/models shows it)")
     p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
@@ -141,11 +153,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     ) if batching else None
     concurrent = args.max_concurrent if args.max_concurrent is not None else (
         engine_config.max_active_requests if engine_config else 1)
+    cfg = _config(args)
+    limits = Limits(max_k=args.max_k, max_tokens=args.max_tokens_cap or max(
+        Limits().max_tokens, cfg.max_new_tokens),
+        verifier_dir=Path(args.verifier_dir).expanduser() if args.verifier_dir else None)
+    if limits.verifier_dir is not None and not limits.verifier_dir.is_dir():
+        print(f"error: --verifier-dir {args.verifier_dir} is not a folder; give the folder of "
+              "the verifier cards requests may name", file=sys.stderr)
+        return 2
     settings = ServeSettings(api_key=args.api_key or None, max_concurrent=concurrent,
                              max_queue=args.max_queue,
                              model_name=args.served_model_name or
-                             f"specguard:{args.draft}+{target_name}")
-    cfg = _config(args)
+                             f"specguard:{args.draft}+{target_name}", limits=limits)
     options = loader_options(args)  # a bad --max-memory fails before the port is taken
     sock = bind(args.host, args.port)
     if args.host not in _LOOPBACK and not settings.api_key:

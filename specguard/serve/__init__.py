@@ -1,6 +1,9 @@
 """`specguard serve`: an OpenAI-compatible HTTP API (FastAPI + uvicorn) over one SpecGuardEngine.
 
-`protocol` (request models, error JSON) -> `convert` (OpenAI <-> engine, pure), `slots`
-(admission, running slots, leases) -> `app` (`create_app(engine, settings)`).
+`protocol` (request models, error JSON; `extension`: the knobs a client may set within the
+operator's `Limits`; `untrusted`: checks and scrubbing of untrusted text) -> `convert` (OpenAI <->
+engine, pure), `slots` (admission, running slots, leases), `streaming` (responses that always
+encode; SSE not paced by the reader), `errors` (what a client is told) -> `app`
+(`create_app(engine, settings)`).
 Needs the `serve` extra: `pip install 'specguard[serve]'`.
 """

@@ -1,10 +1,15 @@
 """`create_app(engine, settings)`: the OpenAI-compatible HTTP API over one `SpecGuardEngine`.
 
-Each request: authorise, validate (400s), admit (503 when `max_concurrent + max_queue` requests
-are already in), validate against the engine (`engine.stream` checks messages, tools and the
-context window eagerly, on a worker thread), wait for a slot, then iterate the engine's steps on a
-worker thread of its own (`iterate_in_thread`); the event loop only moves bytes. A client that
-leaves (mid-stream, or while queued) closes its `GenerationStream` and frees its slot.
+Each request: authorise, validate (400s: `protocol.py`, within the operator's `Limits`), admit (503
+when `max_concurrent + max_queue` requests are already in), validate against the engine
+(`engine.stream` checks messages, tools and the context window eagerly, on a worker thread), wait
+for a slot, then iterate the engine's steps on a worker thread of its own (`iterate_in_thread`);
+the event loop only moves bytes. A streamed request's generation runs in a task of its own
+(`streaming.Relay`): the slot is held while the engine works, not while a slow reader drains. A
+client that leaves (mid-stream, or while queued) closes its `GenerationStream` and frees its slot.
+
+Every error is OpenAI's error JSON, an unexpected one included; a server-side failure's details
+(which may hold paths, internal model names or a target URL's credentials) go to the log only.
 
 `slots.Slots` is the one seam for concurrency (`max_concurrent`; `specguard serve`, which batches
 by default, widens it to the batching engine's `max_active_requests`).
@@ -18,8 +23,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -29,19 +33,21 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specguard.serve import convert
+from specguard.serve.errors import failure, validation_message
+from specguard.serve.extension import Limits
 from specguard.serve.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     ErrorType,
     error_body,
 )
-from specguard.serve.slots import APIError, ClientGone, EventStream, Lease, Slots
+from specguard.serve.slots import APIError, ClientGone, Lease, Slots
+from specguard.serve.streaming import EventStream, JSONBody, Put, Relay
+from specguard.serve.untrusted import body_problem, redact
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.aio import iterate_in_thread
-from specguard_core.remote.http import RemoteTargetError
 from specguard_core.text import formats
 from specguard_core.text.chat import InputError
-from specguard_core.types import GenerationResult
 
 if TYPE_CHECKING:
     from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
@@ -58,42 +64,40 @@ class ServeSettings:
     max_queue: int = 16  # requests waiting for a slot; one more gets 503
     model_name: str | None = None  # the served model id; default: engine.model_name
     queue_poll_s: float = 0.5  # how often a queued request checks that its client is still there
+    limits: Limits = field(default_factory=Limits)  # what a client may send and ask for
 
     def __post_init__(self) -> None:
         if self.max_concurrent < 1 or self.max_queue < 0:
             raise ValueError("max_concurrent must be >= 1 and max_queue >= 0")
 
 
-def _validation_message(err: ValidationError) -> tuple[str, str | None]:
-    first = err.errors()[0]
-    param = ".".join(str(p) for p in first.get("loc", ())) or None
-    if first.get("type") == "extra_forbidden":
-        return f"Unrecognized request argument supplied: {param}", param
-    if first.get("type") == "missing":
-        return f"Missing required parameter: {param!r}", param
-    return f"{param}: {first.get('msg')}", param
-
-
 def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -> FastAPI:
     """The FastAPI app serving `engine`: /v1/chat/completions, /v1/completions, /v1/models,
     /health. Errors are OpenAI's error JSON."""
     settings = settings or ServeSettings()
-    model_name = settings.model_name or engine.model_name
-    created = int(time.time())
+    limits, model_name, created = settings.limits, settings.model_name or engine.model_name, \
+        int(time.time())
     slots = Slots(settings.max_concurrent, settings.max_queue, settings.queue_poll_s)
     takes_format = "response_format" in inspect.signature(engine.stream).parameters
 
-    app = FastAPI(title="SpecGuard", description="OpenAI-compatible API over a SpecGuard engine")
+    app = FastAPI(title="SpecGuard", description="OpenAI-compatible API over a SpecGuard engine",
+                  default_response_class=JSONBody)
     app.state.slots = slots
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, err: APIError) -> JSONResponse:
-        return JSONResponse(err.body, status_code=err.status, headers=err.headers)
+        return JSONBody(err.body, status_code=err.status, headers=err.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, err: StarletteHTTPException) -> JSONResponse:
         type_: ErrorType = "not_found_error" if err.status_code == 404 else "invalid_request_error"
-        return JSONResponse(error_body(str(err.detail), type_), status_code=err.status_code)
+        return JSONBody(error_body(str(err.detail), type_), status_code=err.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, err: Exception) -> JSONResponse:
+        log.error("unexpected error: %s", redact(f"{type(err).__name__}: {err}"))
+        return JSONBody(error_body("internal server error; the server's log has the details",
+                                   "server_error"), status_code=500)
 
     def authorise(request: Request) -> None:
         if settings.api_key is None:
@@ -111,27 +115,37 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         authorise(request)
         try:
             body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except UnicodeDecodeError:
+            raise APIError(400, "the request body is not UTF-8 text") from None
+        except RecursionError:
+            raise APIError(400, "the request body is nested too deeply; flatten it") from None
+        except json.JSONDecodeError:
             raise APIError(400, "the request body is not valid JSON") from None
+        except ValueError:  # Python's limit on the digits of an integer (4300)
+            raise APIError(400, "the request body holds an integer too long to read (over 4300 "
+                           "digits)") from None
         if not isinstance(body, dict):
             raise APIError(400, "the request body must be a JSON object")
+        if problem := body_problem(body):
+            raise APIError(400, problem[0], param=problem[1])
         try:
             req = model.model_validate(body)
         except ValidationError as err:
-            message, param = _validation_message(err)
+            message, param = validation_message(err)
             raise APIError(400, message, param=param) from None
-        for param, why in req.unsupported():
+        for param, why in [*req.unsupported(), *req.problems(limits)]:
             raise APIError(400, why, param=param, code="unsupported_parameter")
         if req.model != model_name:
-            raise APIError(404, f"the model {req.model!r} does not exist; this server serves "
-                           f"{model_name!r} (GET /v1/models)", "not_found_error", "model",
+            raise APIError(404, f"the model named in the request does not exist; this server "
+                           f"serves {model_name!r} (GET /v1/models)", "not_found_error", "model",
                            "model_not_found")
         return req
 
     def config_for(req: ChatCompletionRequest | CompletionRequest) -> list[SpecGuardConfig]:
         """One config per choice (`n`), seeds seed, seed+1, ..."""
         try:
-            return convert.choice_configs(convert.request_config(engine.config, req), req.choices)
+            return convert.choice_configs(convert.request_config(engine.config, req, limits),
+                                          req.choices)
         except ValueError as err:
             raise APIError(400, str(err), param="specguard" if req.specguard else None) from None
 
@@ -143,11 +157,10 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             streams = await asyncio.to_thread(
                 lambda: [engine.stream(messages, config=cfg, **kwargs) for cfg in cfgs])
             return Lease(slots, streams)
-        except InputError as err:
+        except BaseException as err:
             slots.leave()
-            raise APIError(400, str(err)) from None
-        except BaseException:
-            slots.leave()
+            if isinstance(err, Exception):
+                raise failure(err) from None
             raise
 
     async def run(request: Request, stream: GenerationStream) -> None:
@@ -162,20 +175,14 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             for stream in lease.streams:  # the choices, one run after another
                 await run(request, stream)
         except ClientGone:
-            return JSONResponse(error_body("client disconnected", "invalid_request_error"), 499)
-        except InputError as err:
-            raise APIError(400, str(err)) from None
-        except RemoteTargetError as err:  # the target's server failed: a bad gateway, not ours
-            raise APIError(502, f"generation failed: {err}", "server_error") from None
-        except Exception as err:  # noqa: BLE001 - answered as OpenAI's server_error
-            log.exception("generation failed")
-            raise APIError(500, f"generation failed: {type(err).__name__}: {err}",
-                           "server_error") from None
+            return JSONBody(error_body("client disconnected", "invalid_request_error"), 499)
+        except Exception as err:  # noqa: BLE001 - answered as OpenAI's error JSON
+            raise failure(err) from None
         finally:
             lease.release()
         results = [stream.result for stream in lease.streams]
-        return JSONResponse(convert.merge_choices([build(r, rid, model_name) for r in results],
-                                                  results))
+        return JSONBody(convert.merge_choices([build(r, rid, model_name) for r in results],
+                                              results))
 
     async def reply(request: Request, req: Any, lease: Lease, cfg: SpecGuardConfig, prefix: str,
                     obj: str, build: Any) -> Any:
@@ -183,14 +190,16 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         rid = convert.new_id(prefix)
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return EventStream(events(request, lease, rid, obj, cfg.stop, include_usage), lease)
+            return EventStream(Relay(partial(produce, request, lease, rid, obj, cfg.stop,
+                                             include_usage)), lease)
         return await respond(request, lease, build, rid)
 
-    async def events(request: Request, lease: Lease, rid: str, obj: str,
-                     stops: tuple[str, ...], include_usage: bool) -> AsyncIterator[str]:
+    async def produce(request: Request, lease: Lease, rid: str, obj: str,
+                      stops: tuple[str, ...], include_usage: bool, put: Put) -> None:
         """SSE: per choice (`n`, one run after another, chunks indexed): a role chunk, one chunk
         per committed step (its trace in `specguard.step`), a final chunk with finish_reason and
-        the run's trace; then the usage chunk if asked, then [DONE]."""
+        the run's trace; then the usage chunk if asked, then [DONE]. Runs in its own task; the
+        slot and the request's place are freed as soon as the engine is done."""
         now, chat = int(time.time()), obj == "chat.completion.chunk"
 
         def chunk(index: int, delta: dict[str, Any], finish: str | None = None,
@@ -205,31 +214,27 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             for index, stream in enumerate(lease.streams):
                 async with slots.slot(request):
                     if chat:
-                        yield chunk(index, {"role": "assistant", "content": ""})
+                        put(chunk(index, {"role": "assistant", "content": ""}))
                     deltas = convert.StepDeltas(stops)
                     async for step in iterate_in_thread(partial(iter, stream), stream.close,
                                                         name="specguard-serve"):
-                        yield chunk(index, deltas.delta(step), None,
-                                    {"step": convert.step_trace(step)})
+                        put(chunk(index, deltas.delta(step), None,
+                                  {"step": convert.step_trace(step)}))
                     result = stream.result
-                    yield chunk(index, deltas.flush(result.text),
-                                convert.openai_finish(result.finish_reason),
-                                {"run": convert.run_trace(result, steps=False)})
+                    put(chunk(index, deltas.flush(result.text),
+                              convert.openai_finish(result.finish_reason),
+                              {"run": convert.run_trace(result, steps=False)}))
             if include_usage:
-                yield convert.sse(convert.usage_chunk(rid, model_name, now, obj,
-                                                      [s.result for s in lease.streams]))
+                put(convert.sse(convert.usage_chunk(rid, model_name, now, obj,
+                                                    [s.result for s in lease.streams])))
         except ClientGone:
             return
         except Exception as err:  # noqa: BLE001 - headers are sent: report in-band, as vLLM does
-            log.exception("generation failed")
-            bad_input = isinstance(err, InputError)
-            type_: ErrorType = "invalid_request_error" if bad_input else "server_error"
-            status = 400 if bad_input else 502 if isinstance(err, RemoteTargetError) else 500
-            body = error_body(f"generation failed: {err}", type_, code=str(status))
-            yield convert.sse(body)
+            api = failure(err)
+            put(convert.sse({"error": {**api.body["error"], "code": str(api.status)}}))
         finally:
             lease.release()
-        yield convert.sse("[DONE]")
+        put(convert.sse("[DONE]"))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
@@ -260,14 +265,14 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         return await reply(request, req, lease, cfgs[0], "cmpl", "text_completion",
                            convert.completion_response)
 
-    def with_logprobs(result: GenerationResult, rid: str, model: str) -> dict[str, Any]:
+    def with_logprobs(result: Any, rid: str, model: str) -> dict[str, Any]:
         body = convert.chat_response(result, rid, model)
         body["choices"][0]["logprobs"] = {"content": result.answer_logprobs(engine.token_text),
                                           "refusal": None}
         return body
 
     card = {"id": model_name, "object": "model", "created": created, "owned_by": "specguard",
-            "specguard": {"draft": engine.draft.name, "target": engine.target.name,
+            "specguard": {"draft": redact(engine.draft.name), "target": redact(engine.target.name),
                           "context_window": engine.context_window}}
 
     @app.get("/v1/models")
@@ -279,7 +284,7 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
     async def model(request: Request, model_id: str) -> dict[str, Any]:
         authorise(request)
         if model_id != model_name:
-            raise APIError(404, f"the model {model_id!r} does not exist; this server serves "
+            raise APIError(404, f"the model asked for does not exist; this server serves "
                            f"{model_name!r}", "not_found_error", "model", "model_not_found")
         return card
 
@@ -290,3 +295,5 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
                 "max_queue": slots.max_queue}
 
     return app
+
+

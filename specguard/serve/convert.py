@@ -14,7 +14,11 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
+from specguard.serve.extension import Limits, validation_text
 from specguard.serve.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
+from specguard.serve.untrusted import encodable
 from specguard_core.config import SpecGuardConfig
 from specguard_core.text.chat import InputError
 from specguard_core.text.steps import StepRules, strip_markers
@@ -49,16 +53,19 @@ def engine_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
-def request_config(base: SpecGuardConfig, req: ChatCompletionRequest | CompletionRequest
-                   ) -> SpecGuardConfig:
+def request_config(base: SpecGuardConfig, req: ChatCompletionRequest | CompletionRequest,
+                   limits: Limits | None = None) -> SpecGuardConfig:
     """The request's SpecGuardConfig: the server's config, then the OpenAI sampling fields (and
-    vLLM's top_k, min_p, repetition_penalty), then the `specguard` extension's overrides. Raises
-    ValueError naming the bad field."""
-    limit = req.token_limit() if isinstance(req, ChatCompletionRequest) else req.max_tokens
-    openai = {"temperature": req.temperature, "top_p": req.top_p, "max_new_tokens": limit,
-              "stop": req.stops(), "seed": req.seed, "top_k": req.top_k, "min_p": req.min_p,
-              "repetition_penalty": req.repetition_penalty}
-    return base.merged(**openai, **(req.specguard or {}))
+    vLLM's top_k, min_p, repetition_penalty), then the `specguard` extension's knobs (a knob set
+    in both places must have one value: `problems` refuses two). Raises ValueError naming the bad
+    field, without the values sent."""
+    overrides = req.openai_knobs()
+    if req.specguard is not None:
+        overrides.update(req.specguard.overrides(limits or Limits()))
+    try:
+        return base.merged(**overrides)
+    except ValidationError as err:
+        raise ValueError(validation_text(err)) from None
 
 
 def choice_configs(cfg: SpecGuardConfig, n: int) -> list[SpecGuardConfig]:
@@ -267,5 +274,6 @@ def usage_chunk(rid: str, model: str, created: int, obj: str,
 
 
 def sse(data: dict[str, Any] | str) -> str:
-    """One server-sent event."""
-    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
+    """One server-sent event, encodable to UTF-8 whatever the model wrote (`encodable`)."""
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"data: {encodable(text)}\n\n"

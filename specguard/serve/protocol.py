@@ -5,6 +5,11 @@ or a feature this server lacks is a 400 rather than silently ignored. Fields Ope
 SpecGuard cannot honour are declared and rejected by `unsupported()` when set to anything but their
 no-op value; fields that change nothing here (user, metadata, store, ...) are accepted and ignored.
 Responses are built as plain dicts in `convert.py` (they are JSON out, not input to validate).
+
+This is the server's trust boundary: a remote client sets sampling and algorithm knobs only
+(`SpecGuardExtension`), within the operator's `Limits`, never paths, model names or loader
+options; `problems(limits)` is checked before a request is admitted (the knobs and their
+bounds: `extension.py`).
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specguard.serve.extension import MAX_STOPS, Limits, SpecGuardExtension, stops_ok
+from specguard.serve.untrusted import regex_keyword
+
 MAX_N = 16  # choices per request (each is a full engine run)
-
-
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -45,12 +51,12 @@ class _Sampling(BaseModel):
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     # vLLM's extra sampling parameters (OpenAI clients send them with extra_body={...})
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0)
     max_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, lt=2**64)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=MAX_N, description="choices: one engine run each, with "
@@ -60,9 +66,9 @@ class _Sampling(BaseModel):
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
-    # SpecGuard's own per-request knobs (any SpecGuardConfig field: k, tau, beta, ...), sent by
-    # OpenAI clients as `extra_body={"specguard": {...}}`
-    specguard: dict[str, Any] | None = None
+    # SpecGuard's own per-request knobs (sampling and algorithm knobs of SpecGuardConfig: k, tau,
+    # beta, ...), sent by OpenAI clients as `extra_body={"specguard": {...}}`
+    specguard: SpecGuardExtension | None = None
 
     @property
     def choices(self) -> int:
@@ -72,6 +78,37 @@ class _Sampling(BaseModel):
         if self.stop is None:
             return None
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
+    def openai_knobs(self) -> dict[str, Any]:
+        """The OpenAI (and vLLM) fields as `SpecGuardConfig` overrides, those set only."""
+        knobs = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+                 "min_p": self.min_p, "repetition_penalty": self.repetition_penalty,
+                 "seed": self.seed, "stop": self.stops(), "max_new_tokens": self.token_limit()}
+        return {k: v for k, v in knobs.items() if v is not None}
+
+    def problems(self, limits: Limits) -> list[tuple[str, str]]:
+        """(field, why) for what exceeds the operator's `limits` or contradicts itself; checked,
+        with `unsupported()`, before the request is admitted."""
+        bad: list[tuple[str, str]] = []
+        if (limit := self.token_limit()) is not None and limit > limits.max_tokens:
+            bad.append(("max_tokens", f"max_tokens must be <= {limits.max_tokens} on this server "
+                                      "(`specguard serve --max-tokens-cap`)"))
+        if not stops_ok(self.stops() or ()):
+            bad.append(("stop", f"stop takes 1 to {MAX_STOPS} non-empty strings of at most 256 "
+                                "characters"))
+        if self.specguard is None:
+            return bad
+        bad.extend(("specguard", why) for why in self.specguard.problems(limits))
+        theirs = self.specguard.knobs()
+        for name, value in self.openai_knobs().items():
+            if name in theirs and theirs[name] != value:
+                top = "max_tokens" if name == "max_new_tokens" else name
+                bad.append(("specguard", f"{top} is set twice, as a request field and as "
+                                         f"specguard.{name}, to different values; set it once"))
+        return bad
 
     def unsupported(self) -> list[tuple[str, str]]:
         """(field, why) for every field set to something this server cannot do."""
@@ -129,11 +166,41 @@ class ChatCompletionRequest(_Sampling):
             if getattr(self, name) is not None:
                 bad.append((name, f"{name} is not supported by this server"))
         bad.extend(self._tool_choice_problems())
-        if self.response_format is not None and \
-                self.response_format.get("type") not in ("text", "json_object", "json_schema"):
-            bad.append(("response_format", "response_format.type must be text, json_object or "
-                                           "json_schema"))
+        bad.extend(self._format_problems())
+        bad.extend(self._regex_problems())
         return bad
+
+    def _format_problems(self) -> list[tuple[str, str]]:
+        fmt = self.response_format
+        if fmt is None:
+            return []
+        if fmt.get("type") not in ("text", "json_object", "json_schema"):
+            return [("response_format", "response_format.type must be text, json_object or "
+                                        "json_schema")]
+        spec = fmt.get("json_schema")
+        if fmt["type"] == "json_schema" and (not isinstance(spec, dict) or not isinstance(
+                spec.get("schema"), dict) or not isinstance(spec.get("name", ""), str)):
+            return [("response_format", "response_format {'type': 'json_schema'} needs "
+                                        "'json_schema': {'name': '...', 'schema': {...}} (objects)")]
+        return []
+
+    def _regex_problems(self) -> list[tuple[str, str]]:
+        """Regular expressions in client schemas are refused: the engine checks model output
+        against them with Python's `re`, which has no time bound (`^(a+)+$` can take forever)."""
+        schemas: list[tuple[str, Any]] = [
+            (f"tools[{i}]", t.get("function", {}).get("parameters") if isinstance(
+                t.get("function"), dict) else None) for i, t in enumerate(self.tools or [])]
+        if isinstance(self.response_format, dict) and \
+                isinstance(spec := self.response_format.get("json_schema"), dict):
+            schemas.append(("response_format", spec.get("schema")))
+        for where, schema in schemas:
+            if (keyword := regex_keyword(schema)) is not None:
+                param = "tools" if where.startswith("tools") else where
+                return [(param, f"{where} uses the JSON-schema keyword {keyword!r}: this server "
+                                "does not take regular expressions in schemas (matching model "
+                                "output against one has no time bound); describe the format in "
+                                "the description instead")]
+        return []
 
     def _tool_choice_problems(self) -> list[tuple[str, str]]:
         choice = self.tool_choice

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import Request
-from fastapi.responses import StreamingResponse
 
 from specguard.serve.protocol import ErrorType, error_body
 
@@ -55,22 +54,6 @@ class Lease:
             for stream in self.streams:
                 stream.close()
             self.slots.leave()
-
-
-class EventStream(StreamingResponse):
-    """SSE response that releases its lease however the response ends (even if the body
-    iterator never started because the client left at once)."""
-
-    def __init__(self, content: AsyncIterator[str], lease: Lease) -> None:
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self.lease = lease
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.lease.release()
 
 
 class Slots:

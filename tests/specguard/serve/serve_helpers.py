@@ -63,12 +63,15 @@ def gated_reply(gate: threading.Event, timeout_s: float = 20.0) -> Any:
 
 
 @contextmanager
-def live_server(app: Any) -> Iterator[str]:
+def live_server(app: Any, send_buffer: int | None = None) -> Iterator[str]:
     """Run `app` under uvicorn on 127.0.0.1 (a free port) in a thread; yields the base URL.
-    Stops by itself when the block ends."""
+    Stops by itself when the block ends. `send_buffer`: the connections' kernel send buffer
+    (bytes), small to make a reader that stops reading block the server's writes soon."""
     import uvicorn
 
     sock = socket.create_server(("127.0.0.1", 0))
+    if send_buffer is not None:  # accepted connections inherit it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -117,3 +120,19 @@ def wait_for(condition: Any, timeout_s: float = 10.0) -> bool:
 
 def health(base: str) -> dict[str, Any]:
     return httpx.get(f"{base}/health", timeout=5).json()
+
+
+def post_chat(base: str, timeout: float = 30, **body: Any) -> httpx.Response:
+    """POST /v1/chat/completions to the scripted engine's server (a default question)."""
+    body.setdefault("model", "specguard-scripted")
+    body.setdefault("messages", [{"role": "user", "content": "What is (3 + 4) * 6?"}])
+    return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=timeout)
+
+
+def error_of(r: httpx.Response, status: int) -> dict[str, Any]:
+    """The OpenAI error object of `r`, checked to be `status` with OpenAI's four fields."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json"), r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    return err

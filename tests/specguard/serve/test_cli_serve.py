@@ -145,3 +145,33 @@ def test_serve_batches_by_default_and_the_flag_builds_the_engine_with_its_slots(
         main(["serve", "--port", "0", "--batching", "--max-batch-rows", "0"])
     assert usage.value.code == 2
     assert "engine_config" not in seen
+
+
+def served_settings(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> Any:
+    """The ServeSettings `specguard serve ARGV` builds (stopped before uvicorn starts)."""
+    seen: dict[str, Any] = {}
+
+    def fake_app(engine: Any, settings: Any) -> Any:
+        seen["settings"] = settings
+        raise SystemExit(0)
+
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained", staticmethod(
+        lambda draft, target, **kw: scripted_engine(reply, config=kw["config"])))
+    monkeypatch.setattr("specguard.serve.app.create_app", fake_app)
+    with pytest.raises(SystemExit):
+        main(["serve", "--port", "0", "--no-batching", *argv])
+    return seen["settings"]
+
+
+def test_the_limits_on_requests_come_from_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    default = served_settings(monkeypatch, [])
+    assert (default.limits.max_k, default.limits.max_tokens, default.limits.verifier_dir) == \
+        (8, 4096, None)
+    assert served_settings(monkeypatch, ["--max-new-tokens", "8192"]).limits.max_tokens == 8192
+    settings = served_settings(monkeypatch, [
+        "--max-k", "2", "--max-tokens-cap", "1000", "--verifier-dir", str(tmp_path)])
+    assert (settings.limits.max_k, settings.limits.max_tokens, settings.limits.verifier_dir) == \
+        (2, 1000, tmp_path)
+    assert main(["serve", "--port", "0", "--verifier-dir", str(tmp_path / "none")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
