@@ -54,8 +54,19 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s; "
                    "use 0.0.0.0 only with --api-key)")
     p.add_argument("--port", type=int, default=8000, help="default %(default)s")
-    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
-                   help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}, else none)")
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (visible to other "
+                     f"users in the process list: prefer --api-key-file or ${API_KEY_ENV}); "
+                     f"default: --api-key-file, else ${API_KEY_ENV}, else none (then only "
+                     "loopback Host names are answered)")
+    key.add_argument("--api-key-file", metavar="PATH", help="read the API key from this file "
+                     "(its first line)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a Host name to answer besides 127.0.0.1, localhost and ::1, repeatable "
+                   "(with --api-key and none given, any Host is answered)")
+    p.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a browser origin (scheme://host:port) allowed to call, repeatable "
+                   "(default: none but the server's own)")
     p.add_argument("--max-k", type=positive_int, default=Limits().max_k, metavar="N",
                    help="the largest k and fallback_k a request may ask for (default "
                    "%(default)s; each candidate holds a KV cache)")
@@ -66,6 +77,8 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--verifier-dir", metavar="DIR", help="a folder of verifier cards a request "
                    "may name (extra_body={'specguard': {'verifier': 'NAME'}}); default: none, "
                    "requests choose 'auto' or 'paper' only")
+    p.add_argument("--max-body-bytes", type=positive_int, default=Limits().max_body_bytes,
+                   metavar="N", help="the largest request body (default %(default)s)")
     p.add_argument("--served-model-name", help="the model id clients send (default: "
                    "specguard:<draft>+<target> as given here; GET /v1/models shows it)")
     p.add_argument("--batching", action=argparse.BooleanOptionalAction, default=None,
@@ -116,6 +129,25 @@ def bind(host: str, port: int) -> socket.socket:
         raise OSError(msg) from None
 
 
+def _api_key(args: argparse.Namespace) -> str | None:
+    """--api-key, else the first line of --api-key-file, else $SPECGUARD_API_KEY, else None
+    (an OSError whose message says what to do for a file that cannot be used)."""
+    if args.api_key:
+        return str(args.api_key)
+    if args.api_key_file:
+        try:
+            lines = Path(args.api_key_file).expanduser().read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as err:
+            raise OSError(f"cannot read --api-key-file {args.api_key_file}: "
+                          f"{getattr(err, 'strerror', None) or err}") from None
+        key = lines[0].strip() if lines else ""
+        if not key:
+            raise OSError(f"--api-key-file {args.api_key_file} is empty; write the key on its "
+                          "first line")
+        return key
+    return os.environ.get(API_KEY_ENV) or None
+
+
 def _batching(args: argparse.Namespace) -> bool:
     """`--batching` / `--no-batching` as given; by default on, unless the models run their own
     code (`--trust-remote-code`) or this transformers cannot batch (said on stderr)."""
@@ -153,18 +185,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     ) if batching else None
     concurrent = args.max_concurrent if args.max_concurrent is not None else (
         engine_config.max_active_requests if engine_config else 1)
+    try:
+        api_key = _api_key(args)
+    except OSError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     cfg = _config(args)
     limits = Limits(max_k=args.max_k, max_tokens=args.max_tokens_cap or max(
-        Limits().max_tokens, cfg.max_new_tokens),
+        Limits().max_tokens, cfg.max_new_tokens), max_body_bytes=args.max_body_bytes,
         verifier_dir=Path(args.verifier_dir).expanduser() if args.verifier_dir else None)
     if limits.verifier_dir is not None and not limits.verifier_dir.is_dir():
         print(f"error: --verifier-dir {args.verifier_dir} is not a folder; give the folder of "
               "the verifier cards requests may name", file=sys.stderr)
         return 2
-    settings = ServeSettings(api_key=args.api_key or None, max_concurrent=concurrent,
+    settings = ServeSettings(api_key=api_key, max_concurrent=concurrent,
                              max_queue=args.max_queue,
                              model_name=args.served_model_name or
-                             f"specguard:{args.draft}+{target_name}", limits=limits)
+                             f"specguard:{args.draft}+{target_name}", limits=limits,
+                             allowed_hosts=tuple(args.allowed_host),
+                             allowed_origins=tuple(args.allowed_origin))
     options = loader_options(args)  # a bad --max-memory fails before the port is taken
     sock = bind(args.host, args.port)
     if args.host not in _LOOPBACK and not settings.api_key:

@@ -3,7 +3,7 @@
 `protocol` (request models, error JSON; `extension`: the knobs a client may set within the
 operator's `Limits`; `untrusted`: checks and scrubbing of untrusted text) -> `convert` (OpenAI <->
 engine, pure), `slots` (admission, running slots, leases), `streaming` (responses that always
-encode; SSE not paced by the reader), `errors` (what a client is told) -> `app`
-(`create_app(engine, settings)`).
+encode; SSE not paced by the reader), `guard` (Host, Origin, media type, body size), `errors`
+(what a client is told) -> `app` (`create_app(engine, settings)`).
 Needs the `serve` extra: `pip install 'specguard[serve]'`.
 """

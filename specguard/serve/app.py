@@ -1,12 +1,13 @@
 """`create_app(engine, settings)`: the OpenAI-compatible HTTP API over one `SpecGuardEngine`.
 
-Each request: authorise, validate (400s: `protocol.py`, within the operator's `Limits`), admit (503
-when `max_concurrent + max_queue` requests are already in), validate against the engine
-(`engine.stream` checks messages, tools and the context window eagerly, on a worker thread), wait
-for a slot, then iterate the engine's steps on a worker thread of its own (`iterate_in_thread`);
-the event loop only moves bytes. A streamed request's generation runs in a task of its own
-(`streaming.Relay`): the slot is held while the engine works, not while a slow reader drains. A
-client that leaves (mid-stream, or while queued) closes its `GenerationStream` and frees its slot.
+Each request: pass the `Guard` (Host, Origin, media type, body size), authorise, validate (400s:
+`protocol.py`, within the operator's `Limits`), admit (503 when `max_concurrent + max_queue`
+requests are already in), validate against the engine (`engine.stream` checks messages, tools and
+the context window eagerly, on a worker thread), wait for a slot, then iterate the engine's steps
+on a worker thread of its own (`iterate_in_thread`); the event loop only moves bytes. A streamed
+request's generation runs in a task of its own (`streaming.Relay`): the slot is held while the
+engine works, not while a slow reader drains. A client that leaves (mid-stream, or while queued)
+closes its `GenerationStream` and frees its slot.
 
 Every error is OpenAI's error JSON, an unexpected one included; a server-side failure's details
 (which may hold paths, internal model names or a target URL's credentials) go to the log only.
@@ -35,6 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from specguard.serve import convert
 from specguard.serve.errors import failure, validation_message
 from specguard.serve.extension import Limits
+from specguard.serve.guard import LOOPBACK, Guard
 from specguard.serve.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -59,16 +61,24 @@ log = logging.getLogger("specguard.serve")
 class ServeSettings:
     """Server knobs (the engine's per-request defaults stay in `engine.config`)."""
 
-    api_key: str | None = None  # None: no authentication
+    api_key: str | None = None  # None: no authentication (and only loopback Host names)
     max_concurrent: int = 1  # requests iterating the engine at once
     max_queue: int = 16  # requests waiting for a slot; one more gets 503
     model_name: str | None = None  # the served model id; default: engine.model_name
     queue_poll_s: float = 0.5  # how often a queued request checks that its client is still there
     limits: Limits = field(default_factory=Limits)  # what a client may send and ask for
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides the loopback ones; with
+    # an api_key and none given, any Host is answered
+    allowed_origins: tuple[str, ...] = ()  # browser origins allowed besides the server's own
 
     def __post_init__(self) -> None:
         if self.max_concurrent < 1 or self.max_queue < 0:
             raise ValueError("max_concurrent must be >= 1 and max_queue >= 0")
+
+    def host_allow_list(self) -> frozenset[str] | None:
+        if self.api_key is not None and not self.allowed_hosts:
+            return None
+        return LOOPBACK | {h.lower() for h in self.allowed_hosts}
 
 
 def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -> FastAPI:
@@ -83,6 +93,9 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
     app = FastAPI(title="SpecGuard", description="OpenAI-compatible API over a SpecGuard engine",
                   default_response_class=JSONBody)
     app.state.slots = slots
+    app.add_middleware(Guard, allowed_hosts=settings.host_allow_list(),
+                       allowed_origins=frozenset(settings.allowed_origins),
+                       max_body_bytes=limits.max_body_bytes)
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, err: APIError) -> JSONResponse:

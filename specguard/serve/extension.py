@@ -23,15 +23,16 @@ MAX_DELIMITERS = 8  # step delimiters per request, each at most 32 characters
 
 @dataclass(frozen=True)
 class Limits:
-    """The operator's bounds on what a client may ask for (`specguard serve` flags)."""
+    """The operator's bounds on what a client may send and ask for (`specguard serve` flags)."""
 
     max_k: int = 8  # k and fallback_k at most this (each candidate holds a KV cache)
     max_tokens: int = 4096  # max_tokens, max_new_tokens, max_step_tokens, max_steps at most this
     verifier_dir: Path | None = None  # folder of the verifier cards a client may name; None: none
+    max_body_bytes: int = 8 << 20  # the largest request body, refused before it is parsed
 
     def __post_init__(self) -> None:
-        if min(self.max_k, self.max_tokens) < 1:
-            raise ValueError("max_k and max_tokens must be >= 1")
+        if min(self.max_k, self.max_tokens, self.max_body_bytes) < 1:
+            raise ValueError("max_k, max_tokens and max_body_bytes must be >= 1")
 
 
 class ExperimentalKnobs(BaseModel):

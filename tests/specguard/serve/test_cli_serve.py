@@ -163,15 +163,42 @@ def served_settings(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> Any:
     return seen["settings"]
 
 
+def test_the_api_key_from_a_file_or_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                    tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("SPECGUARD_API_KEY", raising=False)
+    assert served_settings(monkeypatch, []).api_key is None
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-from-file\n")
+    assert served_settings(monkeypatch, ["--api-key-file", str(key_file)]).api_key == \
+        "sk-from-file"
+    monkeypatch.setenv("SPECGUARD_API_KEY", "sk-from-env")
+    assert served_settings(monkeypatch, []).api_key == "sk-from-env"
+    assert served_settings(monkeypatch, ["--api-key-file", str(key_file)]).api_key == \
+        "sk-from-file"
+    key_file.write_text("\n")
+    assert main(["serve", "--port", "0", "--api-key-file", str(key_file)]) == 2
+    assert "is empty" in capsys.readouterr().err
+    assert main(["serve", "--port", "0", "--api-key-file", str(tmp_path / "none")]) == 2
+    assert "cannot read --api-key-file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # one or the other
+        main(["serve", "--api-key", "a", "--api-key-file", str(key_file)])
+
+
 def test_the_limits_on_requests_come_from_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     default = served_settings(monkeypatch, [])
     assert (default.limits.max_k, default.limits.max_tokens, default.limits.verifier_dir) == \
         (8, 4096, None)
+    assert default.host_allow_list() == {"127.0.0.1", "localhost", "::1"}
     assert served_settings(monkeypatch, ["--max-new-tokens", "8192"]).limits.max_tokens == 8192
     settings = served_settings(monkeypatch, [
-        "--max-k", "2", "--max-tokens-cap", "1000", "--verifier-dir", str(tmp_path)])
-    assert (settings.limits.max_k, settings.limits.max_tokens, settings.limits.verifier_dir) == \
-        (2, 1000, tmp_path)
+        "--max-k", "2", "--max-tokens-cap", "1000", "--verifier-dir", str(tmp_path),
+        "--allowed-host", "api.lan", "--allowed-origin", "http://ui.lan", "--max-body-bytes",
+        "5000"])
+    assert (settings.limits.max_k, settings.limits.max_tokens, settings.limits.verifier_dir,
+            settings.limits.max_body_bytes) == (2, 1000, tmp_path, 5000)
+    assert "api.lan" in settings.host_allow_list()
+    assert settings.allowed_origins == ("http://ui.lan",)
     assert main(["serve", "--port", "0", "--verifier-dir", str(tmp_path / "none")]) == 2
     assert "is not a folder" in capsys.readouterr().err
