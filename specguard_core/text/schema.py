@@ -30,19 +30,30 @@ def loads_untrusted(text: str) -> Any:
 
 
 def json_problem(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
-    """Why `value` is not plain JSON data (a non-finite float, nesting deeper than `limit`), or
-    None. Walked iteratively, so any depth is safe to check."""
+    """Why `value` is not plain JSON data (a non-finite float, a string or key that does not
+    encode to UTF-8, nesting deeper than `limit`), or None. Walked iteratively, so any depth is
+    safe to check."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             return f"{item} is not a JSON number"
+        if isinstance(item, str) and not _encodes(item):
+            return "a string holds an unpaired surrogate (an escape such as \\ud800), not Unicode"
         if isinstance(item, (dict, list)):
             if depth > limit:
                 return f"nested deeper than {limit} levels"
-            children = item.values() if isinstance(item, dict) else item
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _no_retrieval(uri: str) -> Resource:

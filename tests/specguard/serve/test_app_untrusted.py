@@ -88,6 +88,15 @@ def test_a_model_tool_call_that_decodes_to_a_lone_surrogate(base: str, stream: b
     assert idle(base)  # the slot is free again
 
 
+def test_a_tool_call_whose_arguments_are_not_unicode_is_invalid(base: str) -> None:
+    r = post_chat(base, tools=[WEATHER], messages=[{"role": "user", "content": "bad-args"}])
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert "tool_calls" not in body["choices"][0]["message"]  # never handed to the client's tool
+    invalid = body["specguard"]["invalid_tool_calls"]
+    assert invalid and all("surrogate" in c["error"] for c in invalid)
+
+
 def test_a_model_written_tool_name_that_is_a_lone_surrogate(base: str) -> None:
     r = post_chat(base, tools=[WEATHER], messages=[{"role": "user", "content": "bad-name"}])
     assert r.status_code == 200, r.text
