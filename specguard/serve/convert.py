@@ -20,24 +20,12 @@ from specguard.serve.extension import Limits, validation_text
 from specguard.serve.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
 from specguard.serve.untrusted import encodable
 from specguard_core.config import SpecGuardConfig
-from specguard_core.text.chat import InputError
+from specguard_core.text.chat import content_text
 from specguard_core.text.steps import StepRules, strip_markers
 from specguard_core.types import FinishReason, GenerationResult, StepRecord, ToolCall
 
 _RULES = StepRules()
 # ---- requests -> engine inputs ---------------------------------------------------------------
-def _content_text(content: str | list[dict[str, Any]] | None, index: int) -> str | None:
-    if content is None or isinstance(content, str):
-        return content
-    parts = []
-    for part in content:
-        if part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise InputError(f"message {index} has a {part.get('type')!r} content part; this "
-                             "server takes text only ({'type': 'text', 'text': ...})")
-        parts.append(part["text"])
-    return "".join(parts)
-
-
 def engine_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """OpenAI chat messages as the engine's message dicts (text content, tool calls kept). A
     "developer" message is a system message, as OpenAI treats it for models without that role
@@ -45,7 +33,7 @@ def engine_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     out = []
     for i, m in enumerate(messages):
         role = "system" if m.role == "developer" else m.role
-        msg: dict[str, Any] = {"role": role, "content": _content_text(m.content, i)}
+        msg: dict[str, Any] = {"role": role, "content": content_text(m.content, f"message {i}")}
         for key in ("name", "tool_calls", "tool_call_id"):
             if getattr(m, key) is not None:
                 msg[key] = getattr(m, key)

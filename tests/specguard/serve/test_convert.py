@@ -39,10 +39,14 @@ def test_messages_text_parts_and_tool_calls() -> None:
                                               {"type": "text", "text": "b"}]),
             ChatMessage(role="assistant", content=None, tool_calls=[{"id": "c"}])]
     assert convert.engine_messages(msgs) == [
-        {"role": "user", "content": "ab"},
+        {"role": "user", "content": "a\nb"},  # joined as the engine joins them (and vLLM)
         {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]}]
     assert convert.engine_messages([ChatMessage(role="developer", content="Be brief.")]) == \
         [{"role": "system", "content": "Be brief."}]
+    from specguard_core.text.chat import normalise_messages
+
+    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    assert normalise_messages(parts)[0]["content"] == convert.engine_messages(msgs)[0]["content"]
     with pytest.raises(InputError, match="text only"):
         convert.engine_messages([ChatMessage(role="user", content=[{"type": "input_audio"}])])
 
