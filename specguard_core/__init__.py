@@ -21,6 +21,7 @@ _EXPORTS = {
     "StepRecord": "specguard_core.types",
     "ToolCall": "specguard_core.types",
     "GenerationStream": "specguard_core.engine.stream",
+    "ModelLoadError": "specguard_core.models.loading",
     "SpecGuardEngine": "specguard_core.engine.loop",
     "RemoteTarget": "specguard_core.remote.target",
     "RemoteTargetError": "specguard_core.remote.http",
@@ -29,6 +30,7 @@ __all__ = [
     "EngineConfig",
     "GenerationResult",
     "GenerationStream",
+    "ModelLoadError",
     "NormBounds",
     "RemoteTarget",
     "RemoteTargetError",
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, preset
     from specguard_core.engine.loop import SpecGuardEngine
     from specguard_core.engine.stream import GenerationStream
+    from specguard_core.models.loading import ModelLoadError
     from specguard_core.remote.http import RemoteTargetError
     from specguard_core.remote.target import RemoteTarget
     from specguard_core.types import GenerationResult, StepRecord, ToolCall

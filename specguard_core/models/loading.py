@@ -17,6 +17,16 @@ from specguard_core.config import EngineConfig, SpecGuardConfig, default_config
 from specguard_core.config import preset as make_preset
 
 
+class ModelLoadError(OSError):
+    """A model that cannot be loaded from where it was named: a folder that is empty, not a model
+    or damaged, weights that do not read, a model transformers cannot find. The message says what
+    to do. An OSError, so `except OSError` keeps catching it."""
+
+
+class ModelNotFoundError(ModelLoadError, FileNotFoundError):
+    """A model path that does not exist (both a `ModelLoadError` and a `FileNotFoundError`)."""
+
+
 def _looks_local(ref: str) -> bool:
     return ref.startswith((".", "/", "~")) or ref.endswith(".gguf") or "\\" in ref
 
@@ -76,6 +86,43 @@ def model_folder_problem(folder: Path) -> str | None:
     return None
 
 
+def local_source(ref: str, revision: str | None = None) -> tuple[str, str | None] | None:
+    """(folder, `.gguf` file name or None) where `ref`'s files are on this machine, found on disk
+    only (no network, not even the hub's request headers): an existing folder or `.gguf` file, a
+    model in SpecGuard's cache, or a hub id's snapshot in Hugging Face's cache. None otherwise."""
+    path = Path(_resolve(ref)).expanduser()
+    if path.is_dir():
+        return str(path), None
+    if path.is_file() and path.suffix == ".gguf":
+        return str(path.parent), path.name
+    if path.exists() or _looks_local(ref):
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        hit = try_to_load_from_cache(ref, "tokenizer_config.json", revision=revision)
+    except ValueError:  # not a hub id either
+        return None
+    return (str(Path(hit).parent), None) if isinstance(hit, str) else None
+
+
+def local_tokenizer(ref: str, *, revision: str | None = None,
+                    trust_remote_code: bool = False) -> Any:
+    """`ref`'s tokenizer from the files on this machine (see `local_source`), never the network.
+    Raises `ModelLoadError` when they are not here, transformers' OSError or ValueError when
+    they do not load."""
+    from transformers import AutoTokenizer
+
+    source = local_source(ref, revision)
+    if source is None:
+        raise ModelLoadError(f"{ref!r} is not on this machine (not a folder, nor in a model "
+                             "cache)")
+    folder, gguf = source
+    extra = {"gguf_file": gguf} if gguf else {}
+    return AutoTokenizer.from_pretrained(folder, local_files_only=True,
+                                         trust_remote_code=bool(trust_remote_code), **extra)
+
+
 def check_vocab(model: Any, tokenizer: Any, role: str) -> None:
     """Raise ValueError if `model`'s input embedding has fewer rows than `tokenizer` has tokens:
     an id past the embedding (a token the other model wrote, or in the prompt) would crash the
@@ -106,17 +153,19 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
 
     `max_memory`, `revision` and `quantization_config` go to transformers' `from_pretrained` as
     given (None: not passed). No code from the model folder runs unless `trust_remote_code=True`
-    (always passed to transformers explicitly, so it never asks on stdin). A missing, empty,
-    non-model or damaged folder is a clear FileNotFoundError/OSError before transformers reads it."""
+    (always passed to transformers explicitly, so it never asks on stdin). Every model that does
+    not load is a `ModelLoadError` saying why: a missing path (`ModelNotFoundError`, also a
+    FileNotFoundError), an empty, non-model or damaged folder (before transformers reads it), or
+    what transformers could not read or find."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = _resolve(ref)
     local = Path(path).expanduser()
     if _looks_local(path) and not local.exists():
-        raise FileNotFoundError(f"model path {path} does not exist; pass a model folder, a .gguf "
-                                "file or a model id (see `specguard models list`)")
+        raise ModelNotFoundError(f"model path {path} does not exist; pass a model folder, a .gguf "
+                                 "file or a model id (see `specguard models list`)")
     if problem := model_folder_problem(local):
-        raise OSError(problem)
+        raise ModelLoadError(problem)
     kwargs: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code)}
     if revision is not None:
         kwargs["revision"] = revision
@@ -139,14 +188,15 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
                          "does not run unless asked: pass trust_remote_code=True (CLI: "
                          "--trust-remote-code) only if you trust that code") from None
     except SafetensorError as err:
-        raise OSError(f"could not load model {ref!r}: its weights are damaged ({err}); fetch or "
-                      "convert it again (`specguard models fetch` for cached models)") from None
+        raise ModelLoadError(f"could not load model {ref!r}: its weights are damaged ({err}); "
+                             "fetch or convert it again (`specguard models fetch` for cached "
+                             "models)") from None
     except OSError as err:
         from specguard_core.models.registry import fetch_hint
 
         hint = fetch_hint(ref) or ("Offline? Fetch the default pair with `specguard models fetch` "
                                    "or pass a local folder.")
-        raise OSError(f"could not load model {ref!r}: {err}\n{hint}") from err
+        raise ModelLoadError(f"could not load model {ref!r}: {err}\n{hint}") from err
     if device_map is None and quantization_config is None:  # quantized weights are placed by it
         model = model.to(device)
     return model, tokenizer

@@ -149,7 +149,13 @@ def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
         if any(t["function"]["name"] == name for t in checked):
             raise InputError(f"two tools are named {name!r}; tool names must be unique")
         check_unicode(tool, f"tool {name!r}")
-        params = fn.get("parameters", {"type": "object", "properties": {}})
+        params = fn.get("parameters")
+        if params is None:  # omitted or null: no parameters, as OpenAI reads it
+            params = {"type": "object", "properties": {}}
+        elif not isinstance(params, Mapping):
+            raise InputError(f"tool {name!r} has parameters of type {type(params).__name__}; "
+                             "pass a JSON schema object ({'type': 'object', 'properties': "
+                             "{...}}), or None for a tool that takes no arguments")
         try:
             validator(params).check_schema(params)
             ref = unresolvable_ref(params)

@@ -69,14 +69,40 @@ def _offered_call(text: str, lead: int, names: frozenset[str]) -> bool:
     return name in names
 
 
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}"]')  # a whole string, a bracket, a lone quote
+
+
+def _nested_end(text: str, start: int) -> int | None:
+    """Where the array or object starting at `start` closes, found by matching its brackets
+    (strings skipped, iteratively: any depth), or None while it is open."""
+    rest = _STRING.sub("", text[start:])
+    if rest.count("[") + rest.count("{") > rest.count("]") + rest.count("}"):
+        return None  # cheap: not closed yet (most calls while a deep value is being written)
+    depth = 0
+    for m in _STRUCTURE.finditer(text, start):
+        mark = m.group()
+        if mark in "[{":
+            depth += 1
+        elif mark in "]}":
+            depth -= 1
+            if depth == 0:
+                return m.end()
+        elif mark == '"':  # a string still being written
+            return None
+    return None
+
+
 def _json_end(text: str, start: int) -> int | None:
     """Where the JSON value starting at `start` ends, or None if it does not (yet) parse. Model
-    text is untrusted: a value nested past the decoder's recursion limit counts as unparseable
-    (the step then ends at its token budget), never as an exception."""
+    text is untrusted: a value nested past the decoder's recursion limit ends where its brackets
+    close (the call's parser then reports it as nested too deeply), never as an exception."""
     try:
         return json.JSONDecoder(strict=False).raw_decode(text, start)[1]
-    except (ValueError, RecursionError):
+    except ValueError:
         return None
+    except RecursionError:
+        return _nested_end(text, start)
 
 
 def _bare_call_end(text: str, lead: int) -> int | None:

@@ -24,7 +24,11 @@ CALLS = {
     "infinity": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": '
                 "-Infinity}}\n</tool_call>",
     "good": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>',
+    "add": '<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>',
 }
+# a whole bare call (no <tool_call> markers) nested past the JSON decoder's recursion limit
+CALLS["deepbareclosed"] = ('{"name": "get_weather", "arguments": {"city": '
+                           + "[" * 1200 + "]" * 1200 + "}}")
 
 
 def script(prompt: str) -> str:

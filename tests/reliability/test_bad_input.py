@@ -95,6 +95,25 @@ def test_bad_tools_are_clear_errors(engine: SpecGuardEngine, tools: Any, match: 
         engine.generate("hi", tools=tools)
 
 
+@pytest.mark.parametrize("parameters", [None, "omitted"])
+def test_a_tool_without_parameters_takes_no_arguments(engine: SpecGuardEngine,
+                                                      parameters: Any) -> None:
+    """`"parameters": None` (or no key) is a tool without arguments, as OpenAI reads it."""
+    fn: dict[str, Any] = {"name": "add"} if parameters == "omitted" else \
+        {"name": "add", "parameters": parameters}
+    result = engine.generate("add", tools=[{"type": "function", "function": fn}])
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [("add", {})]
+    assert result.invalid_tool_calls == [] and result.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("parameters", [[], "object", 3])
+def test_tool_parameters_that_are_not_a_schema_object_are_clear_errors(
+        engine: SpecGuardEngine, parameters: Any) -> None:
+    tool = {"type": "function", "function": {"name": "add", "parameters": parameters}}
+    with pytest.raises(InputError, match="tool 'add' has parameters of type .*JSON schema object"):
+        engine.generate("add", tools=[tool])
+
+
 def test_refs_inside_the_schema_and_its_ids_are_fine() -> None:
     schema = {"$id": "https://example.com/root.json", "type": "object",
               "$defs": {"c": {"$id": "city.json", "type": "string"}},

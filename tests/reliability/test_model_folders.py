@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from specguard.cli import main
+from specguard_core import ModelLoadError
 from specguard_core.engine.loop import SpecGuardEngine
 from specguard_core.models import fetch as fetch_mod
 from specguard_core.models import registry as models
@@ -75,6 +76,27 @@ def test_damaged_weights(pair_dirs: tuple[Path, Path], tmp_path: Path, damage: s
     with pytest.raises(OSError, match="is damaged"):
         load_model(str(folder), progress=False)
     assert "model.safetensors" in _load_error(folder, capsys)
+
+
+def test_every_bad_target_folder_is_one_typed_loading_error(pair_dirs: tuple[Path, Path],
+                                                            tmp_path: Path) -> None:
+    """What the CLI prints as one line, the library raises as `ModelLoadError` (an OSError), so a
+    caller catches every bad model folder with one type; a missing path is a FileNotFoundError
+    too."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "README.md").write_text("hello")
+    damaged = _copy(pair_dirs[1], tmp_path)
+    _truncate(damaged / "model.safetensors")
+    cases = [(tmp_path / "empty", "model folder .* is empty"),
+             (tmp_path / "notes", "not a transformers model folder"),
+             (damaged, "is damaged"), (tmp_path / "missing", "does not exist")]
+    for target, match in cases:
+        with pytest.raises(ModelLoadError, match=match) as raised:
+            SpecGuardEngine.from_pretrained(str(pair_dirs[0]), str(target), device="cpu",
+                                            progress=False)
+        assert isinstance(raised.value, OSError)
+    assert isinstance(raised.value, FileNotFoundError)  # the missing path, last
 
 
 def test_draft_embedding_smaller_than_its_tokenizer(tmp_path: Path) -> None:

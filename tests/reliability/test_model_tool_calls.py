@@ -38,6 +38,17 @@ def test_bare_call_nested_past_the_recursion_limit_does_not_raise(
     _strict_json(result)
 
 
+def test_whole_bare_call_nested_past_the_recursion_limit_is_an_invalid_call(
+        engine: SpecGuardEngine) -> None:
+    """A bare call too deep for the JSON decoder is still one tool-call step, reported."""
+    result = engine.generate("deepbareclosed", tools=[WEATHER], **BIG)
+    assert [s.kind for s in result.steps] == ["tool_call"]
+    assert result.tool_calls == [] and len(result.invalid_tool_calls) == 1
+    assert "nested too deeply" in (result.invalid_tool_calls[0].error or "")
+    assert result.invalid_tool_calls[0].raw == CALLS["deepbareclosed"]
+    _strict_json(result)
+
+
 def test_arguments_deeper_than_64_levels_are_refused(engine: SpecGuardEngine) -> None:
     result = engine.generate("nested100", tools=[WEATHER])
     assert result.tool_calls == []
