@@ -197,10 +197,10 @@ def import_frameworks(frameworks: Sequence[str]) -> None:
     if unknown:
         raise ValueError(f"unknown framework(s) {unknown}; choose from {', '.join(RUNNERS)}")
     needs = {"langchain": (("langchain.agents", "specguard_integrations.langchain"),
-                           "`pip install 'specguard[langchain]' langchain`"),
+                           "`pip install -e '.[langchain]' langchain` (from a checkout)"),
              "llama_index": (("llama_index.core.agent.workflow",
                               "specguard_integrations.llama_index"),
-                             "`pip install 'specguard[llamaindex]'`")}
+                             "`pip install -e '.[llamaindex]'` (from a checkout)")}
     for framework in frameworks:
         modules, hint = needs[framework]
         try:

@@ -36,7 +36,7 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 def add_serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve the pair over an OpenAI-compatible HTTP API",
                        description="Serve /v1/chat/completions, /v1/completions, /v1/models and "
-                       "/health (FastAPI + uvicorn; needs `pip install 'specguard[serve]'`).")
+                       "/health (FastAPI + uvicorn; from a checkout: `pip install -e '.[serve]'`).")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model (default %(default)s)")
     p.add_argument("--target", default=DEFAULT_TARGET, help="target model (default %(default)s)")
     p.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET)
@@ -170,7 +170,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from specguard.serve.app import ServeSettings, create_app
     except ImportError as err:
         print(f"error: `specguard serve` needs FastAPI and uvicorn ({err.name} is missing); "
-              "install them with: pip install 'specguard[serve]'", file=sys.stderr)
+              "install them with: pip install -e '.[serve]' (from a checkout)", file=sys.stderr)
         return 2
     target, remote = remote_options(args)
     target_name = remote.get("target_model") or target

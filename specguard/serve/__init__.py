@@ -5,5 +5,5 @@ operator's `Limits`; `untrusted`: checks and scrubbing of untrusted text) -> `co
 engine, pure), `slots` (admission, running slots, leases), `streaming` (responses that always
 encode; SSE not paced by the reader), `guard` (Host, Origin, media type, body size), `errors`
 (what a client is told) -> `app` (`create_app(engine, settings)`).
-Needs the `serve` extra: `pip install 'specguard[serve]'`.
+Needs the `serve` extra: `pip install -e '.[serve]' (from a checkout)`.
 """

@@ -48,7 +48,7 @@ def test_missing_extra_says_what_to_install(monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if not installed
     assert main(["serve", "--port", "0"]) == 2
-    assert "pip install 'specguard[serve]'" in capsys.readouterr().err
+    assert "pip install -e '.[serve]'" in capsys.readouterr().err
 
 
 def test_parser_does_not_import_the_web_stack() -> None:
