@@ -94,6 +94,16 @@ class VerifierCard(BaseModel):
                              f"{self.width()}")
         if any(s <= 0 for s in self.scale):
             raise ValueError("every scale must be > 0")
+        numbers = [*self.mean, *self.scale, *self.weights, self.bias]
+        if not all(math.isfinite(x) for x in numbers):  # a NaN score is neither kept nor rejected
+            raise ValueError("mean, scale, weights and bias must be finite numbers (no NaN or "
+                             "infinity); retrain the card with `specguard verifier-train`")
+        hidden = [f for f in self.features if f.startswith("hidden:")]
+        for f in hidden:
+            layer = f.split(":", 1)[1]
+            if not layer.isdigit() or int(layer) > self.model.num_layers:
+                raise ValueError(f"feature {f!r} names no layer of a {self.model.num_layers}-layer "
+                                 "model (hidden:0 .. hidden:N)")
         return self
 
     def hidden_layers(self) -> tuple[int, ...]:
@@ -118,8 +128,10 @@ class VerifierCard(BaseModel):
                             "`specguard verifier-train`") from None
         try:
             return cls.model_validate_json(text)
-        except ValidationError as err:
-            raise CardError(f"{path} is not a valid verifier card: {err}") from None
+        except ValidationError as err:  # one line: where and what, never pydantic's dump
+            why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'card'}: "
+                            f"{e['msg'].removeprefix('Value error, ')}" for e in err.errors())
+            raise CardError(f"{path} is not a valid verifier card ({why})") from None
 
     def check_model(self, model: Any, tokenizer: Any, path: str | Path = "") -> None:
         """Refuse a card trained on another model."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -202,3 +203,20 @@ def test_a_registered_verifier_is_one_class_and_one_call(tiny_pair: Any) -> None
     assert all(s.grounding is None for s in result.steps)  # no attention was captured for it
     with pytest.raises(ValueError, match="reserved"):
         registry.register("auto", Short)
+
+
+@pytest.mark.parametrize("change", [{"bias": float("nan")}, {"bias": float("inf")},
+                                    {"features": ["hidden:999"]}])
+def test_a_card_with_numbers_or_layers_it_cannot_use_is_refused(tmp_path: Path, change: Any) -> None:
+    from specguard_core.engine.verify.cards import CardError, VerifierCard, load_probe
+
+    card = {"model": {"name": "m", "config_sha256": "x", "vocab_size": 10, "hidden_size": 1,
+                      "num_layers": 2},
+            "features": ["hidden:1"], "mean": [0.0], "scale": [1.0], "weights": [1.0],
+            "bias": 0.0}
+    VerifierCard.model_validate(card)  # the card as such is fine
+    path = tmp_path / "card.json"
+    path.write_text(json.dumps({**card, **change}))
+    with pytest.raises(CardError) as err:
+        load_probe(path)
+    assert "\n" not in str(err.value)
