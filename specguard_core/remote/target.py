@@ -25,7 +25,7 @@ here for a server that serves another model or tokenizer.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import torch
@@ -128,8 +128,11 @@ class RemoteTarget:
                                     "one of those names")
         self.model_name, self.name = model, f"{model}@{self.url}"
         window = served[model].get("max_model_len")
-        self.context_window = int(window) if isinstance(window, int) else \
-            int(getattr(self.tokenizer, "model_max_length", 0) or 0)
+        # transformers' "no limit" sentinel (about 1e30) is no window: ignore it, and non-ints
+        known = isinstance(window, int) and not isinstance(window, bool) and 0 < window < 10**9
+        local = getattr(self.tokenizer, "model_max_length", 0)
+        local = local if isinstance(local, int) and 0 < local < 10**9 else 0
+        self.context_window = int(cast(int, window)) if known else local
 
     def check_tokenizer(self) -> None:
         """Raise RemoteTargetError if the server tokenizes `PROBE` differently from the local
@@ -291,6 +294,8 @@ class RemoteTarget:
                 lps = [float(x) for x in choice["logprobs"]["token_logprobs"]]
                 if len(lps) != len(ids):
                     raise ValueError(f"{len(lps)} log-probs for {len(ids)} tokens")
+                if any(not 0 <= i < self.vocab_size for i in ids):  # as `_fill` checks its rows
+                    raise ValueError(f"token id outside the vocabulary ({self.vocab_size})")
                 stopped_on_text = isinstance(choice.get("stop_reason"), str)
                 state.counters.decoded += len(ids)
                 out.append((ids, lps, not stopped_on_text))

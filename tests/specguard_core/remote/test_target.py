@@ -293,3 +293,27 @@ def test_from_pretrained_with_a_target_url(
         with pytest.raises(OSError, match="target_tokenizer './nowhere' is not available locally"):
             SpecGuardEngine.from_pretrained(str(draft_dir), f"{base}/v1",
                                             target_tokenizer="./nowhere", progress=False)
+
+
+@pytest.mark.parametrize("window", [10**30, "512", True])
+def test_a_sentinel_or_odd_max_model_len_is_no_window(tiny_pair: Any, window: Any) -> None:
+    fake = FakeVLLM(tiny_pair[2], tiny_pair[3], name="tiny-target", max_model_len=window)
+    with live_server(fake.app()) as base:
+        target = RemoteTarget.connect(f"{base}/v1", "tiny-target", tiny_pair[3])
+    assert target.context_window < 10**9  # the tokenizer's own limit, or 0 (none known)
+
+
+def test_served_ids_outside_the_vocabulary_are_a_clear_error(
+        tiny_pair: Any, tiny_server: tuple[FakeVLLM, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, url = tiny_server
+    _, remote = _engines(tiny_pair, url)
+    real = fake._choice
+
+    def far_ids(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        choice = real(*args, **kwargs)
+        choice["logprobs"]["tokens"] = [f"token_id:{10**6}" for _ in choice["logprobs"]["tokens"]]
+        return choice
+
+    monkeypatch.setattr(fake, "_choice", far_ids)
+    with pytest.raises(RemoteTargetError, match="outside the vocabulary"):
+        remote.generate(QUESTION, tau=math.inf, fallback="greedy")
