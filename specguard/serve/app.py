@@ -203,12 +203,14 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         rid = convert.new_id(prefix)
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            one_call = getattr(req, "parallel_tool_calls", None) is False
             return EventStream(Relay(partial(produce, request, lease, rid, obj, cfg.stop,
-                                             include_usage)), lease)
+                                             include_usage, one_call)), lease)
         return await respond(request, lease, build, rid)
 
     async def produce(request: Request, lease: Lease, rid: str, obj: str,
-                      stops: tuple[str, ...], include_usage: bool, put: Put) -> None:
+                      stops: tuple[str, ...], include_usage: bool, one_call: bool,
+                      put: Put) -> None:
         """SSE: per choice (`n`, one run after another, chunks indexed): a role chunk, one chunk
         per committed step (its trace in `specguard.step`), a final chunk with finish_reason and
         the run's trace; then the usage chunk if asked, then [DONE]. Runs in its own task; the
@@ -228,7 +230,7 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
                 async with slots.slot(request):
                     if chat:
                         put(chunk(index, {"role": "assistant", "content": ""}))
-                    deltas = convert.StepDeltas(stops)
+                    deltas = convert.StepDeltas(stops, one_call)
                     async for step in iterate_in_thread(partial(iter, stream), stream.close,
                                                         name="specguard-serve"):
                         put(chunk(index, deltas.delta(step), None,
@@ -266,7 +268,8 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             if takes_format:
                 kwargs["response_format"] = req.response_format
         lease = await open_stream(messages, cfgs, **kwargs)
-        build = with_logprobs if req.logprobs else convert.chat_response
+        build = partial(with_logprobs if req.logprobs else convert.chat_response,
+                        one_call=req.parallel_tool_calls is False)
         return await reply(request, req, lease, cfgs[0], "chatcmpl", "chat.completion.chunk",
                            build)
 
@@ -278,8 +281,8 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         return await reply(request, req, lease, cfgs[0], "cmpl", "text_completion",
                            convert.completion_response)
 
-    def with_logprobs(result: Any, rid: str, model: str) -> dict[str, Any]:
-        body = convert.chat_response(result, rid, model)
+    def with_logprobs(result: Any, rid: str, model: str, one_call: bool = False) -> dict[str, Any]:
+        body = convert.chat_response(result, rid, model, one_call)
         body["choices"][0]["logprobs"] = {"content": result.answer_logprobs(engine.token_text),
                                           "refusal": None}
         return body

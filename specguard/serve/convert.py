@@ -123,12 +123,15 @@ def run_trace(result: GenerationResult, steps: bool = True) -> dict[str, Any]:
     return json_safe(trace)
 
 
-def chat_response(result: GenerationResult, rid: str, model: str) -> dict[str, Any]:
-    """A `chat.completion` object. Only verified tool calls appear in `tool_calls`."""
+def chat_response(result: GenerationResult, rid: str, model: str,
+                  one_call: bool = False) -> dict[str, Any]:
+    """A `chat.completion` object. Only verified tool calls appear in `tool_calls`; with
+    `one_call` (the request's `parallel_tool_calls=false`) only the first, as vLLM and OpenAI do."""
     message: dict[str, Any] = {"role": "assistant", "content": result.text or None,
                                "refusal": None}
     if result.tool_calls:
-        message["tool_calls"] = [openai_tool_call(c) for c in result.tool_calls]
+        calls = result.tool_calls[:1] if one_call else result.tool_calls
+        message["tool_calls"] = [openai_tool_call(c) for c in calls]
     elif not result.text:
         message["content"] = ""
     if result.reasoning:
@@ -168,8 +171,9 @@ class StepDeltas:
     still become a stop string are held back until the next step or `flush`. Reasoning goes to
     `reasoning_content`; verified tool calls are numbered in order."""
 
-    def __init__(self, stops: Sequence[str]) -> None:
+    def __init__(self, stops: Sequence[str], one_call: bool = False) -> None:
         self.stops = tuple(s for s in stops if s)
+        self.one_call = one_call  # parallel_tool_calls=false: only the first verified call
         self.steps: list[tuple[str, str]] = []  # (kind, text) of every committed step
         self.sent, self.n_calls = "", 0
 
@@ -218,6 +222,8 @@ class StepDeltas:
             call = step.tool_call
             if call is None or not call.valid:
                 return {}  # listed in the final chunk's specguard.run.invalid_tool_calls
+            if self.one_call and self.n_calls:
+                return {}
             self.n_calls += 1
             return {"tool_calls": [{"index": self.n_calls - 1, **openai_tool_call(call)}]}
         raw = self.raw

@@ -134,7 +134,7 @@ class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage]
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None  # calls come one per step; either value is honoured
+    parallel_tool_calls: bool | None = None  # false: only the first verified call comes back
     response_format: dict[str, Any] | None = None
     max_completion_tokens: int | None = Field(None, ge=1)
     top_logprobs: int | None = None

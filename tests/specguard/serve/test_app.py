@@ -430,3 +430,25 @@ def test_queued_client_that_leaves_gives_up_its_place() -> None:
         finally:
             gate.set()
         assert first.result(timeout=30).status_code == 200
+
+
+TWO_CALLS = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+             '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>')
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_parallel_tool_calls_false_keeps_the_first_call(stream: bool) -> None:
+    engine = scripted_engine(lambda prompt: TWO_CALLS if "<tools>" in prompt else "ok")
+    body = {"tools": [WEATHER], "messages": [{"role": "user", "content": "Paris and Rome?"}]}
+    with live_server(create_app(engine)) as url:
+        def cities(parallel: bool | None) -> list[str]:
+            extra = {} if parallel is None else {"parallel_tool_calls": parallel}
+            if stream:
+                deltas = [c["choices"][0]["delta"] for c in stream_events(url, **body, **extra)[:-1]]
+                calls = [c for d in deltas for c in d.get("tool_calls", [])]
+            else:
+                calls = chat(url, **body, **extra).json()["choices"][0]["message"]["tool_calls"]
+            return [json.loads(c["function"]["arguments"])["city"] for c in calls]
+
+        assert cities(None) == cities(True) == ["Paris", "Rome"]
+        assert cities(False) == ["Paris"]
