@@ -27,6 +27,7 @@ class StreamOptions(BaseModel):
 
     include_usage: bool = False
     include_obfuscation: bool | None = None  # OpenAI's; nothing to obfuscate here
+    continuous_usage_stats: bool | None = None  # vLLM's; accepted at its default (false) only
 
 
 class ChatMessage(BaseModel):
@@ -66,6 +67,10 @@ class _Sampling(BaseModel):
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    # vLLM's request fields, accepted at the values that are what this server does anyway
+    skip_special_tokens: bool | None = None  # true: special tokens are never in the text
+    include_stop_str_in_output: bool | None = None  # false: a stop string ends the text
+    min_tokens: int | None = Field(None, ge=0)  # 0: no minimum
     # SpecGuard's own per-request knobs (sampling and algorithm knobs of SpecGuardConfig: k, tau,
     # beta, ...), sent by OpenAI clients as `extra_body={"specguard": {...}}`
     specguard: SpecGuardExtension | None = None
@@ -125,6 +130,14 @@ class _Sampling(BaseModel):
             bad.append(("logit_bias", "logit_bias is not supported"))
         if self.stream_options is not None and not self.stream:
             bad.append(("stream_options", "stream_options is only allowed with stream=true"))
+        no_ops = {"skip_special_tokens": True, "include_stop_str_in_output": False, "min_tokens": 0}
+        for name, default in no_ops.items():
+            if getattr(self, name) not in (None, default):
+                bad.append((name, f"{name} is supported at {str(default).lower()} only (what this "
+                                  "server does); leave it unset"))
+        if self.stream_options is not None and self.stream_options.continuous_usage_stats:
+            bad.append(("stream_options", "continuous_usage_stats is not supported; usage comes "
+                                          "in the last chunk with include_usage"))
         return bad
 
 
@@ -135,6 +148,7 @@ class ChatCompletionRequest(_Sampling):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None  # false: only the first verified call comes back
+    continue_final_message: bool | None = None  # vLLM's; false (a new assistant turn) only
     response_format: dict[str, Any] | None = None
     max_completion_tokens: int | None = Field(None, ge=1)
     top_logprobs: int | None = None
@@ -156,6 +170,9 @@ class ChatCompletionRequest(_Sampling):
         bad = super().unsupported()
         if self.top_logprobs not in (None, 0):
             bad.append(("top_logprobs", "top_logprobs is not supported"))
+        if self.continue_final_message:
+            bad.append(("continue_final_message", "continue_final_message is not supported: "
+                                                  "every request starts a new assistant turn"))
         if self.functions is not None or self.function_call is not None:
             bad.append(("functions", "the legacy functions/function_call fields are not supported; "
                                      "pass the same definitions as tools=[{'type': 'function', "

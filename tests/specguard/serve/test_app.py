@@ -452,3 +452,18 @@ def test_parallel_tool_calls_false_keeps_the_first_call(stream: bool) -> None:
 
         assert cities(None) == cities(True) == ["Paris", "Rome"]
         assert cities(False) == ["Paris"]
+
+
+def test_vllm_fields_at_their_no_op_values_are_accepted(base: str) -> None:
+    no_ops = {"skip_special_tokens": True, "include_stop_str_in_output": False, "min_tokens": 0,
+              "continue_final_message": False}
+    r = chat(base, messages=[{"role": "user", "content": "q"}], **no_ops)
+    assert r.status_code == 200, r.text
+    events = stream_events(base, messages=[{"role": "user", "content": "q"}],
+                           stream_options={"include_usage": True, "continuous_usage_stats": False})
+    usage = [e["usage"] for e in events if isinstance(e, dict) and e.get("usage")]
+    assert usage and usage[-1]["completion_tokens"] > 0
+    for name, value in {"skip_special_tokens": False, "min_tokens": 5,
+                        "include_stop_str_in_output": True, "continue_final_message": True}.items():
+        bad = chat(base, messages=[{"role": "user", "content": "q"}], **{name: value})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == name, bad.text
