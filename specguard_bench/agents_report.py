@@ -11,10 +11,7 @@ from typing import Any
 
 from specguard_bench.agents_bench import END_STATES, import_frameworks, load_tasks, run_task, warm_up
 from specguard_bench.bfcl_bench import PATHS
-from specguard_bench.engines import Engines
-from specguard_bench.harness import _previous_environment, environment
-from specguard_bench.suites import SuiteSettings, check_suite_methods, run_pending
-from specguard_core.config import NormBounds
+from specguard_bench.suites import SuiteSettings, check_suite_methods, run_suite
 
 SUMMARY, TABLE = "summary.json", "results.md"
 
@@ -74,14 +71,7 @@ def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
         raise ValueError("--turn-limit must be at least 1")
     import_frameworks(settings.frameworks)
     tasks = load_tasks(settings)
-    bounds = NormBounds.load(settings.bounds_path) if settings.bounds_path else None
-    engines = Engines(settings, local=engine)
-    rows = run_pending(settings, bounds, tasks, methods, engines,
-                       lambda eng, task, method: run_task(eng, task, method, settings, bounds),
-                       lambda eng, method: warm_up(eng, method, settings))
-    used = engines.any()
-    env = environment(used) if used is not None else _previous_environment(settings.out_dir,
-                                                                          settings.device)
+    rows, env, bounds = run_suite(settings, tasks, methods, engine, run_task, warm_up)
     by_framework = summarize(rows, methods)
     summary: dict[str, Any] = {
         "settings": {**settings.fingerprint(bounds), "n": settings.n, "offset": settings.offset,

@@ -18,15 +18,13 @@ from typing import Any
 from specguard_bench.bfcl_check import Check, check_task
 from specguard_bench.bfcl_data import CATEGORIES, BfclTask, Skipped, load_categories, load_file
 from specguard_bench.chat_engine import MethodEngine
-from specguard_bench.engines import Engines
-from specguard_bench.harness import _previous_environment, environment
 from specguard_bench.methods import preset_of
 from specguard_bench.metrics import fmt_cell
 from specguard_bench.suites import (
     SuiteSettings,
     check_suite_methods,
     method_config,
-    run_pending,
+    run_suite,
     task_seed,
     timed,
 )
@@ -168,14 +166,7 @@ def run_bfcl(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
     already-built SpecGuardEngine (else loaded from `settings.draft/target` when needed)."""
     methods = check_suite_methods(settings.methods)
     tasks, skipped = load_tasks(settings)
-    bounds = NormBounds.load(settings.bounds_path) if settings.bounds_path else None
-    engines = Engines(settings, local=engine)
-    rows = run_pending(settings, bounds, tasks, methods, engines,
-                       lambda eng, task, method: run_task(eng, task, method, settings, bounds),
-                       lambda eng, method: warm_up(eng, method, settings))
-    used = engines.any()
-    env = environment(used) if used is not None else _previous_environment(settings.out_dir,
-                                                                          settings.device)
+    rows, env, bounds = run_suite(settings, tasks, methods, engine, run_task, warm_up)
     by_category = summarize(rows, methods)
     summary = {
         "settings": {**settings.fingerprint(bounds), "n": settings.n, "offset": settings.offset,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specguard_bench.engines import Engines
-from specguard_bench.harness import BenchSettings, iterate_pairs
+from specguard_bench.harness import BenchSettings, _previous_environment, environment, iterate_pairs
 from specguard_bench.methods import METHODS, preset_of, specguard_config
 from specguard_bench.store import (
     RESULTS,
@@ -113,3 +113,21 @@ def run_pending(settings: SuiteSettings, bounds: NormBounds | None, tasks: Seque
         append_json(results, run_one(engines.for_method(method), task, method))
     wanted = {t.uid for t in tasks}
     return [r for r in load_jsonl(results, dict) if r["uid"] in wanted and r["method"] in methods]
+
+
+def run_suite(settings: SuiteSettings, tasks: Sequence[TaskT], methods: Sequence[str],
+              engine: Any, run_task: Callable[..., Mapping[str, Any]],
+              warm_up: Callable[..., None]) -> tuple[list[dict[str, Any]], dict[str, Any],
+                                                     NormBounds | None]:
+    """What every suite does before its report: load the bounds, run the pending pairs with
+    `run_task(engine, task, method, settings, bounds)` (after `warm_up(engine, method, settings)`),
+    and read the environment (the last run's when nothing ran). Returns (rows, env, bounds)."""
+    bounds = NormBounds.load(settings.bounds_path) if settings.bounds_path else None
+    engines = Engines(settings, local=engine)
+    rows = run_pending(settings, bounds, tasks, methods, engines,
+                       lambda eng, task, method: run_task(eng, task, method, settings, bounds),
+                       lambda eng, method: warm_up(eng, method, settings))
+    used = engines.any()
+    env = environment(used) if used is not None else _previous_environment(settings.out_dir,
+                                                                          settings.device)
+    return rows, env, bounds
