@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # The agent benchmarks on the default pair, CPU, bf16. Resumable: rerun to continue; grows in
 # stages so a run stopped early still covers every category. BFCL: the first ids of each category;
-# agents: GSM8K test problems with calculator tools through LangChain and LlamaIndex.
+# agents: GSM8K test problems with calculator tools through LangChain and LlamaIndex. One torch
+# thread pinned to CPU $BENCH_CPU (default 1; empty: no pinning).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N_BFCL=${N_BFCL:-30}
 N_AGENTS=${N_AGENTS:-20}
-common=(--device cpu --dtype bfloat16 --no-progress)
+BENCH_CPU=${BENCH_CPU-1}
+pin=(); [ -n "$BENCH_CPU" ] && pin=(taskset -c "$BENCH_CPU")
+common=(--device cpu --dtype bfloat16 --threads 1 --no-progress)
 for stage in "3 2" "10 5" "$N_BFCL $N_AGENTS"; do
   read -r b a <<<"$stage"
   b=$((b < N_BFCL ? b : N_BFCL)); a=$((a < N_AGENTS ? a : N_AGENTS))
-  .venv/bin/specguard bench --suite bfcl --n "$b" --methods target,token-sd,specguard-balanced,specguard-fast,draft \
-    "${common[@]}" --out benchmarks/results/agents-bfcl
-  .venv/bin/specguard bench --suite agents --n "$a" --methods target,token-sd,specguard-balanced \
-    "${common[@]}" --out benchmarks/results/agents-gsm8k
+  "${pin[@]}" .venv/bin/specguard bench --suite agents --n "$a" --methods target,token-sd,specguard-balanced \
+    "${common[@]}" --out benchmarks/results/agents-gsm8k-cpu1core
+  "${pin[@]}" .venv/bin/specguard bench --suite bfcl --n "$b" \
+    --methods target,token-sd,specguard-balanced,specguard-fast,draft \
+    "${common[@]}" --out benchmarks/results/agents-bfcl-cpu1core
 done

@@ -11,6 +11,7 @@ from typing import Any
 
 from specguard_bench.agents_bench import END_STATES, import_frameworks, load_tasks, run_task, warm_up
 from specguard_bench.bfcl_bench import PATHS
+from specguard_bench.harness import machine_line
 from specguard_bench.suites import SuiteSettings, check_suite_methods, run_suite
 
 SUMMARY, TABLE = "summary.json", "results.md"
@@ -86,6 +87,6 @@ def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
     (out / TABLE).write_text(
         f"# SpecGuard agents benchmark: {summary['n_problems']} GSM8K problems, calculator "
         f"tools, turn limit {settings.turn_limit}\n\ndraft `{s['draft']}`, target "
-        f"`{s['target']}`, {env.get('device_name')} ({env.get('device')}), {s['dtype']}, max "
+        f"`{s['target']}`, {machine_line(env)}, {s['dtype']}, max "
         f"{s['max_new_tokens']} new tokens per turn\n\n" + summary["table"])
     return summary

@@ -18,6 +18,7 @@ from typing import Any
 from specguard_bench.bfcl_check import Check, check_task
 from specguard_bench.bfcl_data import CATEGORIES, BfclTask, Skipped, load_categories, load_file
 from specguard_bench.chat_engine import MethodEngine
+from specguard_bench.harness import machine_line
 from specguard_bench.methods import preset_of
 from specguard_bench.metrics import fmt_cell
 from specguard_bench.suites import (
@@ -189,8 +190,7 @@ def write_reports(settings: SuiteSettings, summary: Mapping[str, Any],
     s = summary["settings"]
     head = (f"# SpecGuard BFCL benchmark: {summary['n_tasks']} tasks "
             f"({', '.join(s['categories'])})\n\ndraft `{s['draft']}`, target `{s['target']}`, "
-            f"{summary['environment'].get('device_name')} ({summary['environment'].get('device')})"
-            f", {s['dtype']}, max {s['max_new_tokens']} new tokens\n\n")
+            f"{machine_line(summary['environment'])}, {s['dtype']}, max {s['max_new_tokens']} new tokens\n\n")
     tail = "".join(f"- {entry}\n" for entry in skipped)
     (out / TABLE).write_text(head + summary["table"]
                              + (f"\n## Skipped lines\n\n{tail}" if tail else ""))

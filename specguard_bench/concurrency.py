@@ -37,6 +37,7 @@ from specguard_bench.harness import (
     BenchSettings,
     environment,
     generate,
+    machine_line,
     problem_row,
     selected_problems,
     warm_up,
@@ -344,9 +345,7 @@ def write_reports(out_dir: Path, summary: Mapping[str, Any]) -> None:
         f"target `{s['target']}`"
         + (f" (specguard-remote: `{s['served_target']['model']}` at {s['served_target']['url']})"
            if "served_target" in s else "")
-        + f", {env.get('device_name')} ({env.get('device')}), {s['dtype']}, max "
-        f"{s['max_new_tokens']} new tokens, {env.get('cpu_count')} CPUs, "
-        f"{env.get('torch_threads')} torch threads\n\n"
+        + f", {machine_line(env)}, {s['dtype']}, max {s['max_new_tokens']} new tokens\n\n"
     )
     (out_dir / TABLE).write_text(header + summary["table"])
     plot_concurrency(summary, out_dir / PLOT)

@@ -180,6 +180,32 @@ def iterate_pairs(pairs: list[tuple[TaskT, str]], progress: bool, desc: str = "b
 # --------------------------------------------------------------------------- reports
 
 
+def source_commit() -> str | None:
+    """The git commit of the checkout this package runs from (None outside a git checkout), with
+    "+dirty" when tracked files differ from it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}+dirty" if dirty else head
+
+
+def machine_line(env: Mapping[str, Any]) -> str:
+    """The machine a run's figures come from, for a report's header: device, threads, the CPUs
+    the process may use, the commit."""
+    cpus = env.get("cpus_allowed")
+    pinned = f" on {cpus} of {env.get('cpu_count')} CPUs" if cpus else ""
+    commit = f", commit {env['commit']}" if env.get("commit") else ""
+    return (f"{env.get('device_name')} ({env.get('device')}), {env.get('torch_threads')} torch "
+            f"threads{pinned}{commit}")
+
+
 def environment(engine: Any = None) -> dict[str, Any]:
     """Versions and hardware for the summary (device details only when an engine is given)."""
     import torch
@@ -191,6 +217,8 @@ def environment(engine: Any = None) -> dict[str, Any]:
         "transformers": transformers.__version__,
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "cpus_allowed": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "commit": source_commit(),
         "device": None,
         "device_name": platform.processor() or platform.machine(),
     }
@@ -263,8 +291,7 @@ def write_reports(out_dir: Path, summary: Mapping[str, Any]) -> None:
         f"draft `{s['draft']}`, target `{s['target']}`"
         + (f" ({REMOTE_METHOD}: `{s['served_target']['model']}` at {s['served_target']['url']})"
            if "served_target" in s else "")
-        + f", {summary['environment']['device_name']} "
-        f"({summary['environment']['device']}), {s['dtype']}, max {s['max_new_tokens']} new "
+        + f", {machine_line(summary['environment'])}, {s['dtype']}, max {s['max_new_tokens']} new "
         f"tokens, bounds: {summary['bounds']['path'] or 'defaults (uncalibrated)'}\n\n"
     )
     drift = summary.get("drift_table") or ""

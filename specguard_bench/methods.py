@@ -30,14 +30,16 @@ if TYPE_CHECKING:  # torch and transformers load only when a method runs (`specg
     from transformers import GenerationConfig
 
 METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-paper", "specguard-paper-sd",
-                             "specguard-balanced", "specguard-fast", "specguard-balanced-exact",
-                             "specguard-balanced-numbers")
+                             "specguard-balanced", "specguard-fast", "specguard-balanced-typical",
+                             "specguard-balanced-numbers", "specguard-balanced-strict")
 # method variants: a preset with fixed changes (applied before the user's overrides)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "paper-sd": ("paper", {"fallback": "speculative"}),
-    # the target check's other rules on the balanced preset: lossless, and exact on numbers only
-    "balanced-exact": ("balanced", {"acceptance": "exact"}),
+    # the target check's lossy rules on the (lossless) balanced preset: typical acceptance (the
+    # opt-in), exact on numbers only, and typical with a stricter typical_ratio
+    "balanced-typical": ("balanced", {"acceptance": "typical"}),
     "balanced-numbers": ("balanced", {"acceptance": "exact-numbers"}),
+    "balanced-strict": ("balanced", {"acceptance": "typical", "typical_ratio": 0.7}),
 }
 # the method of a served target: not in METHODS (it needs --target-url) nor in VARIANTS (which is
 # part of every run's fingerprint, so runs stored before it existed still resume)
