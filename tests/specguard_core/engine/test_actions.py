@@ -53,7 +53,8 @@ def test_a_draft_that_repeats_an_answered_call_gets_the_target_s_answer() -> Non
 
 
 def test_typical_actions_let_the_draft_act_as_it_likes() -> None:
-    engine = unsure_target_engine(answers, repeats_the_call, action_acceptance="typical")
+    engine = unsure_target_engine(answers, repeats_the_call, acceptance="typical",
+                                  action_acceptance="typical")
     result = engine.generate(ANSWERED, tools=[WEATHER])
     assert [c.name for c in result.tool_calls] == ["get_weather"]  # the drift the default prevents
     assert result.steps[0].acceptance == "typical"
@@ -72,18 +73,19 @@ def test_a_call_begun_mid_turn_is_judged_exactly() -> None:
     assert [s.acceptance for s in result.steps[:2]] == ["exact", "exact"]  # then its EOS step
 
 
-def test_prose_without_tools_is_judged_as_before() -> None:
+def test_prose_without_tools_follows_the_acceptance_rule() -> None:
     def target(prompt: str) -> str:
         return "First, 3 plus 4 is 7.\n\nThe answer is 7."
 
     def draft(prompt: str) -> str:
         return "First, 3 plus 4 is 8.\n\nThe answer is 8."
 
-    result = unsure_target_engine(target, draft).generate("What is 3 + 4?")
+    lossless = unsure_target_engine(target, draft).generate("What is 3 + 4?")  # the preset: exact
+    assert lossless.text == "First, 3 plus 4 is 7.\n\nThe answer is 7."
+    assert {s.acceptance for s in lossless.steps} == {"exact"}
+    result = unsure_target_engine(target, draft, acceptance="typical").generate("What is 3 + 4?")
     assert result.text == "First, 3 plus 4 is 8.\n\nThe answer is 8."  # typical keeps the drift
     assert {s.acceptance for s in result.steps} == {"typical"}
-    lossless = unsure_target_engine(target, draft, acceptance="exact").generate("What is 3 + 4?")
-    assert lossless.text == "First, 3 plus 4 is 7.\n\nThe answer is 7."
     numbers = unsure_target_engine(target, draft, acceptance="exact-numbers")
     assert numbers.generate("What is 3 + 4?").text == "First, 3 plus 4 is 7.\n\nThe answer is 7."
 
