@@ -31,6 +31,7 @@ from specguard_bench.engines import Engines, PairSettings, ServedTarget, base_co
 from specguard_bench.methods import (
     METHODS,
     REMOTE_METHOD,
+    REMOTE_VARIANT,
     VARIANTS,
     MethodOutput,
     check_methods,
@@ -73,12 +74,19 @@ class BenchSettings(PairSettings):
 
     def fingerprint(self, bounds: NormBounds | None) -> dict[str, Any]:
         """The settings that change a (problem, method) result; resuming requires equality.
-        The built-in preset values are part of it, so a run is never resumed across a preset change."""
+        The values of the presets and variants the run's methods use are part of it, so a method
+        is never resumed across a change of its preset; other presets and variants are not (see
+        `store.check_resume`: a run can gain methods)."""
+        used = {preset_of(m) for m in self.methods} - {None}
+        variants = {name: VARIANTS[name] for name in sorted(used & set(VARIANTS))}
+        presets = ({name for name in used if name in PRESETS}
+                   | {base for base, _ in variants.values()}
+                   | ({REMOTE_VARIANT[0]} if self.served else set()))
         return {
             "seed": self.seed,
-            "presets": {name: dict(sorted(values.items())) for name, values in sorted(PRESETS.items())},
+            "presets": {name: dict(sorted(PRESETS[name].items())) for name in sorted(presets)},
             "variants": {name: [base, dict(sorted(fixed.items()))]
-                         for name, (base, fixed) in sorted(VARIANTS.items())},
+                         for name, (base, fixed) in variants.items()},
             "sets": dict(sorted(self.sets.items())),
             "max_new_tokens": self.max_new_tokens,
             "draft": self.draft,

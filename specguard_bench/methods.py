@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # torch and transformers load only when a method runs (`specg
 
 METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-paper", "specguard-paper-sd",
                              "specguard-balanced", "specguard-fast", "specguard-balanced-typical",
-                             "specguard-balanced-numbers", "specguard-balanced-strict")
+                             "specguard-balanced-numbers", "specguard-balanced-strict",
+                             "specguard-balanced-runs")
 # method variants: a preset with fixed changes (applied before the user's overrides)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "paper-sd": ("paper", {"fallback": "speculative"}),
@@ -40,6 +41,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "balanced-typical": ("balanced", {"acceptance": "typical"}),
     "balanced-numbers": ("balanced", {"acceptance": "exact-numbers"}),
     "balanced-strict": ("balanced", {"acceptance": "typical", "typical_ratio": 0.7}),
+    # lossless, with the check's draft runs ended as the fallback's are: once the product of the
+    # draft's probabilities of the unchecked tokens falls below 0.7
+    "balanced-runs": ("balanced", {"experimental": {"check_run_below": 0.7}}),
 }
 # the method of a served target: not in METHODS (it needs --target-url) nor in VARIANTS (which is
 # part of every run's fingerprint, so runs stored before it existed still resume)

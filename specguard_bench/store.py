@@ -76,14 +76,24 @@ def append_json(path: Path, data: Mapping[str, Any]) -> None:
         os.fsync(out.fileno())
 
 
+PER_METHOD = ("presets", "variants")
+
+
 def check_resume(out_dir: Path, fingerprint: Mapping[str, Any], *, run: str = RUN,
                  results: str = RESULTS) -> None:
     """Record `fingerprint` in `run` (`run.json`), or raise ResumeMismatch if the directory
-    already holds `results` (`results.jsonl`) made with different settings."""
+    already holds `results` (`results.jsonl`) made with different settings. The maps in
+    `PER_METHOD` (the presets and variants of the run's methods) are compared entry by entry on the
+    entries both hold, and recorded merged: a resumed run may add methods, never change one."""
     path = out_dir / run
     current = json.loads(json.dumps(fingerprint))  # normalise tuples, floats as JSON sees them
     if path.exists():
         previous = json.loads(path.read_text())
+        for key in PER_METHOD:
+            old, new = previous.get(key), current.get(key)
+            if (isinstance(old, dict) and isinstance(new, dict)
+                    and all(old[k] == new[k] for k in old.keys() & new.keys())):
+                previous[key] = current[key] = {**old, **new}  # agree where both hold: the union
         if previous != current and (out_dir / results).exists():
             diff = sorted(k for k in {*previous, *current} if previous.get(k) != current.get(k))
             raise ResumeMismatch(

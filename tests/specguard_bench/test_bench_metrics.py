@@ -183,6 +183,34 @@ def test_a_preset_change_refuses_resume(tmp_path: Path, monkeypatch: pytest.Monk
         check_resume(tmp_path, settings.fingerprint(None))
 
 
+def test_only_the_presets_a_run_uses_bind_its_resume(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = BenchSettings(out_dir=tmp_path, methods=("target", "specguard-balanced-typical"))
+    first = settings.fingerprint(None)
+    assert set(first["presets"]) == {"balanced"} and set(first["variants"]) == {"balanced-typical"}
+    check_resume(tmp_path, first)
+    (tmp_path / RESULTS).write_text("")
+    changed = {**PRESETS, "fast": {**PRESETS["fast"], "tau": 0.5}}  # a preset the run does not use
+    monkeypatch.setattr("specguard_bench.harness.PRESETS", changed)
+    check_resume(tmp_path, settings.fingerprint(None))
+    grown = BenchSettings(out_dir=tmp_path, methods=(*settings.methods, "specguard-fast"))
+    check_resume(tmp_path, grown.fingerprint(None))  # a resumed run may gain a method
+    recorded = json.loads((tmp_path / "run.json").read_text())
+    assert set(recorded["presets"]) == {"balanced", "fast"}
+    monkeypatch.setattr("specguard_bench.harness.PRESETS", PRESETS)  # fast as it was: refused
+    with pytest.raises(ResumeMismatch, match="presets"):
+        check_resume(tmp_path, grown.fingerprint(None))
+
+
+def test_a_run_recorded_with_every_preset_still_resumes(tmp_path: Path) -> None:
+    settings = BenchSettings(out_dir=tmp_path, methods=("target", "specguard-balanced"))
+    full = {**settings.fingerprint(None),
+            "presets": {name: dict(sorted(v.items())) for name, v in PRESETS.items()}}
+    check_resume(tmp_path, full)
+    (tmp_path / RESULTS).write_text("")
+    check_resume(tmp_path, settings.fingerprint(None))
+
+
 def test_acceptance_by_step_counts_scored_steps_per_index() -> None:
     first = [step(0, True), step(1, False), step(2, True)]
     second = [step(0, False), step(1, True)]
