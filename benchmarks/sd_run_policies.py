@@ -20,7 +20,10 @@ Rules: `hf` = transformers' assisted generation (20 tokens, the draft's confiden
 refitted after every pass on the ROC of (probability, kept) with cost fpr + 3 fnr); `adaptive` =
 SpecGuard's fallback (`sd_draft_tokens` 5, +2 when all kept, -1 otherwise, up to
 `sd_max_draft_tokens`), optionally with `sd_confidence` (one token below p) or `sd_run_confidence`
-(the product of the run's probabilities below p).
+(the product of the run's probabilities below p). With the run's `results.jsonl` at hand (or
+`ends` in the trace), the replay also costs lossless `balanced` (`CheckRule`: the target's exact
+check every `check_tokens` draft tokens, or earlier at `check_run_below`, then the fallback), with
+the steps cut where the target's text has a blank line.
 """
 
 from __future__ import annotations
@@ -105,12 +108,78 @@ def replay(match: Sequence[bool], pmax: Sequence[float], rule: Rule) -> tuple[in
     return drafted, passes, wasted
 
 
-def cost(traces: list[dict[str, Any]], rule: Rule, draft_s: float, target_s: float
+@dataclass
+class CheckRule:
+    """Lossless `balanced` (the target's `exact` check while the draft writes, then the fallback):
+    per step, the draft writes runs of up to `check_tokens` tokens, ended early once the product
+    of their probabilities falls below `run_below` (`experimental.check_run_below`); one target
+    pass judges each run; at the first refused token the target's own token comes from that pass
+    and `fallback` writes the rest of the step."""
+
+    name: str
+    check_tokens: int = 16
+    run_below: float = 0.0
+    fallback: Rule = field(default_factory=lambda: Rule("fallback", run_confidence=0.7))
+
+
+def replay_check(match: Sequence[bool], pmax: Sequence[float], ends: Sequence[int],
+                 rule: CheckRule) -> tuple[int, int, int]:
+    """`replay` for a `CheckRule` over one text whose steps end after the positions `ends`."""
+    drafted = passes = wasted = 0
+    start = 0
+    for end in [*ends, len(match) - 1]:
+        i, stop = start, end + 1
+        start = stop
+        while i < stop:
+            probs: list[float] = []
+            kept, ok = 0, True
+            while i + len(probs) < stop:
+                j = i + len(probs)
+                probs.append(pmax[j])
+                ok = ok and bool(match[j])
+                kept += ok
+                if len(probs) >= rule.check_tokens or draft_doubts(
+                        [math.log(p) for p in probs], 0.0, rule.run_below):
+                    break
+            drafted, passes, wasted = drafted + len(probs), passes + 1, wasted + len(probs) - kept
+            if kept < len(probs):  # refused: the pass gives the target's token; the fallback goes on
+                i += kept + 1
+                if i < stop:
+                    d, p, w = replay(match[i:stop], pmax[i:stop], rule.fallback)
+                    drafted, passes, wasted = drafted + d, passes + p, wasted + w
+                break
+            i += kept
+    return drafted, passes, wasted
+
+
+def step_ends(run_dir: Path, draft: str, delimiter: str = "\n\n") -> dict[str, list[int]]:
+    """Per `target` text of the run in `run_dir`: the token positions after which a step ends (the
+    decoded text since the last end holds `delimiter`), tokenised as `trace` tokenises it."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(draft)
+    out: dict[str, list[int]] = {}
+    for line in (run_dir / "results.jsonl").open():
+        row = json.loads(line)
+        if row["method"] != "target":
+            continue
+        ids = tok(row["text"], add_special_tokens=False)["input_ids"]
+        ends, since = [], 0
+        for i in range(len(ids)):
+            if delimiter in tok.decode(ids[since:i + 1]):
+                ends.append(i)
+                since = i + 1
+        out[row["uid"]] = ends
+    return out
+
+
+def cost(traces: list[dict[str, Any]], rule: Rule | CheckRule, draft_s: float, target_s: float
          ) -> dict[str, float]:
     """Seconds per problem and per token, and the counts behind them, over `traces`."""
     drafted = passes = wasted = tokens = 0
     for tr in traces:
-        d, p, w = replay(tr["match"], tr["pmax"], rule)
+        d, p, w = (replay_check(tr["match"], tr["pmax"], tr["ends"], rule)
+                   if isinstance(rule, CheckRule) else replay(tr["match"], tr["pmax"], rule))
         drafted, passes, wasted = drafted + d, passes + p, wasted + w
         tokens += len(tr["match"])
     seconds = drafted * draft_s + passes * target_s
@@ -126,6 +195,13 @@ RULES = [
     *[Rule(f"adaptive, cap 32 + sd_run_confidence {c}", cap=32, run_confidence=c)
       for c in (0.3, 0.5, 0.6, 0.7, 0.8)],
     *[Rule(f"adaptive + sd_run_confidence {c}", run_confidence=c) for c in (0.5, 0.7)],
+]
+CHECK_RULES = [
+    CheckRule("lossless balanced: check every 16 draft tokens"),
+    *[CheckRule(f"lossless balanced: every 16, check_run_below {c}", run_below=c)
+      for c in (0.5, 0.6, 0.7, 0.8)],
+    CheckRule("lossless balanced: every 32, check_run_below 0.7", check_tokens=32, run_below=0.7),
+    CheckRule("lossless balanced: every 8 draft tokens", check_tokens=8),
 ]
 
 
@@ -186,7 +262,16 @@ def main() -> None:
     print("|---|---|---|---|---|")
     print(f"| target alone | {args.target_s * sum(len(t['match']) for t in traces) / len(traces):.1f}"
           f" | {args.target_s:.3f} | 1 | 0 |")
-    for rule in RULES:
+    run_dir = Path(json.loads(args.trace.read_text())["run"])
+    if all("ends" in t for t in traces) or (run_dir / "results.jsonl").exists():
+        if not all("ends" in t for t in traces):
+            ends = step_ends(run_dir, json.loads(args.trace.read_text())["draft"])
+            for t in traces:
+                t["ends"] = ends[t["uid"]]
+        rules: list[Rule | CheckRule] = [*RULES, *CHECK_RULES]
+    else:
+        rules = list(RULES)
+    for rule in rules:
         c = cost(traces, rule, args.draft_s, args.target_s)
         print(f"| {rule.name} | {c['s_per_problem']:.1f} | {c['s_per_token']:.3f} | "
               f"{c['tokens_per_pass']:.2f} | {c['wasted_per_problem']:.0f} |")

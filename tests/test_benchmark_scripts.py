@@ -64,6 +64,23 @@ def test_sd_run_policies_replay_counts_drafts_and_passes() -> None:
     assert abs(c["s_per_problem"] - (16 * 0.1 + 4 * 0.3)) < 1e-9 and c["wasted_per_problem"] == 0
 
 
+def test_sd_run_policies_replays_the_check_while_the_draft_writes() -> None:
+    sd = _load("sd_run_policies")
+    # one step of 20 tokens, all the target's: runs of 16 and 4, one pass each, nothing wasted
+    rule = sd.CheckRule("check 16")
+    assert sd.replay_check([True] * 20, [0.9] * 20, [], rule) == (20, 2, 0)
+    # refused at position 3: the run drafted 16, kept 3, the pass gives position 3; the fallback
+    # (0.9^4 < 0.7 ends its runs at 4, each pass adding the target's next token) writes positions
+    # 4-19: runs 4-7, 9-12, 14-17 and 19
+    drafted, passes, wasted = sd.replay_check([True] * 3 + [False] + [True] * 16, [0.9] * 20, [],
+                                              rule)
+    assert (drafted, passes, wasted) == (16 + 13, 1 + 4, 13)
+    # two steps (the first ends after position 9): the check starts again at the step's start
+    assert sd.replay_check([True] * 20, [0.9] * 20, [9], rule) == (20, 2, 0)
+    # check_run_below 0.7 ends each run after 4 tokens (0.9^4 = 0.66)
+    assert sd.replay_check([True] * 8, [0.9] * 8, [], sd.CheckRule("r", run_below=0.7)) == (8, 2, 0)
+
+
 def test_omp_threads_times_each_setting(tmp_path: Path) -> None:
     from specguard_core.cache.handle import ModelHandle
     from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
