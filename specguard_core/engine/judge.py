@@ -65,7 +65,8 @@ class Judge:
                           self.capture_layers(self.draft, cfg), cfg.sparsify_threshold,
                           hidden=cfg.k > 1 and selector.mode == "hidden",
                           pool_layers=self.pool_layers(self.draft, cfg)
-                          if cfg.scoring_model == "draft" else (), shaping=Shaping.of(cfg))
+                          if cfg.scoring_model == "draft" else (), shaping=Shaping.of(cfg),
+                          grace=req.grace())
 
     def score(self, req: Request, cand: Candidate, kind: StepKind
               ) -> tuple[Verdict, TentativePass | None]:
