@@ -157,7 +157,9 @@ class SpecGuardConfig(BaseModel):
     beta: float = Field(0.3, ge=0.0, le=1.0, description="weight of confidence in the ensemble")
     tau: float = Field(0.7, description="accept iff score >= tau; -inf always, +inf never")
     bounds: NormBounds = Field(NormBounds(), description="the paper verifier's min-max bounds "
-                               "(`specguard calibrate` fits them)")
+                               "(`specguard calibrate` fits them); left at the defaults, the "
+                               "engine uses those shipped for the scoring model, if any "
+                               "(`specguard_core/verifiers/bounds/`)")
     verifier: str = Field("auto", min_length=1, description="'auto' (the learned verifier card "
                           "shipped for the scoring model when there is one, else 'paper'), "
                           "'paper' (the beta ensemble of l and g), or the path of a verifier card "

@@ -50,12 +50,14 @@ class Judge:
 
     def resolve_verifier(self, cfg: SpecGuardConfig) -> SpecGuardConfig:
         """`verifier="auto"` becomes the card shipped for the scoring model (`specguard_core/
-        verifiers/`, matched by fingerprint) when there is one, else "paper"; the request's
-        config, and so its result, names what was used. Needs an in-process scoring model
+        verifiers/`, matched by fingerprint) when there is one, else "paper"; default bounds
+        become those shipped for the scoring model, if any (`verify/bounds.py`). The request's
+        config holds what is used (its result names the verifier). Needs an in-process scoring model
         (`check_served_target` refuses target scoring when the target is served)."""
         handle = self.target if cfg.scoring_model == "target" else self.draft
         assert isinstance(handle, ModelHandle)
-        return cfg.merged(verifier=self.cards.resolve(cfg.verifier, handle.model, handle.tokenizer))
+        return cfg.merged(verifier=self.cards.resolve(cfg.verifier, handle.model, handle.tokenizer),
+                          bounds=self.cards.bounds(cfg.bounds, handle.model, handle.tokenizer))
 
     def draft_spec(self, req: Request, selector: Selector) -> SampleSpec:
         """How the draft proposes this request's step: k candidates, sampling, the step rules,
