@@ -27,7 +27,7 @@ from specguard_core.cache import capture
 from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.engine.verify import signals
-from specguard_core.engine.verify.cards import fingerprint
+from specguard_core.engine.verify.cards import Fingerprint, fingerprint
 from specguard_core.text.chat import render_prompt
 
 DELIMITER = "\n\n"
@@ -158,6 +158,15 @@ def _chunk_arrays(sols: Sequence[LabelledSolution], feats: Sequence[SolutionFeat
     return arrays
 
 
+def _same_model(old: Any, new: Any) -> bool:
+    """Whether a cache's recorded fingerprint is this model's (`Fingerprint.mismatch`: a cache
+    written before weight digests were recorded matches on the rest)."""
+    try:
+        return not Fingerprint.model_validate(old).mismatch(Fingerprint.model_validate(new))
+    except ValueError:
+        return False
+
+
 def extract(handle: ModelHandle, sols: Sequence[LabelledSolution], cache_dir: Path,
             data_path: str, progress: bool = True) -> Path:
     """Teacher-force every solution, caching chunks of `CHUNK` solutions under `cache_dir`
@@ -173,7 +182,9 @@ def extract(handle: ModelHandle, sols: Sequence[LabelledSolution], cache_dir: Pa
     meta_path = cache_dir / "meta.json"
     if meta_path.exists():
         old = json.loads(meta_path.read_text())
-        if {k: old.get(k) for k in meta} != meta:
+        if not _same_model(old.get("fingerprint"), meta["fingerprint"]) or \
+                {k: old.get(k) for k in meta if k != "fingerprint"} != \
+                {k: v for k, v in meta.items() if k != "fingerprint"}:
             raise ValueError(f"{cache_dir} holds features of another model, file or layout; "
                              "pass another --out or delete it")
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")

@@ -150,12 +150,16 @@ class SpecGuardConfig(BaseModel):
                                       "penalty on tokens already in the sequence, prompt included "
                                       "(1: none; greedy too)")
     step_delimiters: tuple[str, ...] = Field(("\n\n",), description="a step ends after one of these")
-    max_step_tokens: int = Field(256, ge=1, description="a step ends after this many tokens")
+    max_step_tokens: int = Field(256, ge=1, description="a step ends after this many tokens, on a "
+                                 "whole character (a first character that needs more runs up "
+                                 "to 3 tokens past it)")
     # score and decide
     beta: float = Field(0.3, ge=0.0, le=1.0, description="weight of confidence in the ensemble")
     tau: float = Field(0.7, description="accept iff score >= tau; -inf always, +inf never")
     bounds: NormBounds = Field(NormBounds(), description="the paper verifier's min-max bounds "
-                               "(`specguard calibrate` fits them)")
+                               "(`specguard calibrate` fits them); left at the defaults, the "
+                               "engine uses those shipped for the scoring model, if any "
+                               "(`specguard_core/verifiers/bounds/`)")
     verifier: str = Field("auto", min_length=1, description="'auto' (the learned verifier card "
                           "shipped for the scoring model when there is one, else 'paper'), "
                           "'paper' (the beta ensemble of l and g), or the path of a verifier card "

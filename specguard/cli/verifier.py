@@ -1,5 +1,6 @@
-"""`specguard verifier-eval` (how well do the step scores track human step labels?) and
-`specguard verifier-train` (fit a hidden-state probe and save it as a verifier card).
+"""`specguard verifier-eval` (how well do the step scores track human step labels?),
+`specguard verifier-train` (fit a hidden-state probe and save it as a verifier card) and
+`specguard verifier-stamp` (record a model's weight digest in cards or bounds files fitted on it).
 
 Both teacher-force every labelled solution once through the scoring model and cache the per-step
 features in the features folder (`--out` of verifier-eval, `--features` of verifier-train), so the
@@ -45,6 +46,18 @@ def add_verifier_parsers(sub: Any) -> None:
     t.add_argument("--precision", type=float, default=0.95,
                    help="precision the card's decision threshold is chosen for (default 0.95)")
     t.set_defaults(func=cmd_train)
+    s = sub.add_parser("verifier-stamp", help="record a model's weight digest in the verifier "
+                       "cards or shipped bounds files fitted on it")
+    s.add_argument("files", nargs="+", help="verifier card or bounds JSON files fitted on --model "
+                   "(rewritten in place)")
+    s.add_argument("--model", default="draft",
+                   help="the model they were fitted on: draft, target, or a model name/path "
+                   "(default draft)")
+    s.add_argument("--device", default="cpu", help="cpu, cuda, auto (default cpu)")
+    s.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                   help="load dtype; the digest does not depend on it (default bfloat16)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_stamp)
 
 
 def _model_ref(model: str) -> str:
@@ -127,4 +140,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     write_report(summary, table.labels, folder, "verifier-probe", ROC_NAMES)
     print(tried_markdown(tried, best, card))
     print(f"wrote {args.out} and {folder}/verifier-train.md, verifier-probe.*")
+    return 0
+
+
+def cmd_stamp(args: argparse.Namespace) -> int:
+    """Load --model, then stamp each file with its weight digest (checked against its config)."""
+    from specguard_core.engine.verify.fingerprint import Fingerprint, fingerprint, stamp
+    from specguard_core.models.loading import load_model
+
+    missing = [f for f in args.files if not Path(f).is_file()]
+    if missing:  # before the model loads
+        raise FileNotFoundError(f"{missing[0]} not found; pass verifier card or bounds JSON files")
+    model, tokenizer = load_model(_model_ref(args.model), device=args.device, dtype=args.dtype,
+                                  progress=not args.no_progress)
+    here = Fingerprint.model_validate(fingerprint(model, tokenizer))
+    for f in args.files:
+        changed = stamp(f, here)
+        print(f"{f}: {'stamped with' if changed else 'already has'} the weight digest "
+              f"{here.weights_sha256} of {here.name}")
     return 0

@@ -83,7 +83,8 @@ def regenerate(draft: ModelHandle, target: Target, req: Request, proposal: Propo
     k = cfg.fallback_k if sample else 1
     spec = SampleSpec(k, cfg.temperature if sample else 0.0, cfg.top_p,
                       max(1, req.budget(req.target)), req.rules, None,
-                      hidden=k > 1 and selector.mode == "hidden", shaping=Shaping.of(cfg))
+                      hidden=k > 1 and selector.mode == "hidden", shaping=Shaping.of(cfg),
+                      grace=req.grace())
     written = write_step(target, req.target, spec, req.generator, prior, check=req.check)
     i = selector.select(written.candidates)
     cand = written.candidates[i]
@@ -107,7 +108,7 @@ def speculate(draft: ModelHandle, target: Target, req: Request, proposal: Propos
     cfg, gen = req.cfg, req.generator
     temp, top_p, shaping = cfg.temperature, cfg.top_p, Shaping.of(cfg)
     cand = proposal.candidates[pick]
-    text = StepText(target, req.rules, max(1, req.budget(req.target)))
+    text = StepText(target, req.rules, max(1, req.budget(req.target)), grace=req.grace())
     p_rows = shaping.penalise_rows(first.logits, req.target.ids, cand.token_ids)  # [T+1, V]
     m = accepted_prefix(p_rows, cand.token_ids, cand.sample_probs, temp, top_p, gen, shaping)
     if temp == 0:
@@ -130,8 +131,8 @@ def speculate(draft: ModelHandle, target: Target, req: Request, proposal: Propos
         req.check()
         draft.catch_up(req.draft)
         n0 = len(req.draft.ids)
-        toks, q_x, q_logits, q_lps = _draft_run(draft, req.draft, min(
-            req.draft_run, text.max_tokens - len(text.token_ids)), req)
+        toks, q_x, q_logits, q_lps = _draft_run(draft, req.draft, min(req.draft_run, text.room()),
+                                                req)
         made += len(toks)
         feed = toks[:-1] if toks[-1] in draft.eos_ids else toks
         tpass = target.try_tokens(req.target, feed)

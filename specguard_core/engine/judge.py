@@ -50,12 +50,14 @@ class Judge:
 
     def resolve_verifier(self, cfg: SpecGuardConfig) -> SpecGuardConfig:
         """`verifier="auto"` becomes the card shipped for the scoring model (`specguard_core/
-        verifiers/`, matched by fingerprint) when there is one, else "paper"; the request's
-        config, and so its result, names what was used. Needs an in-process scoring model
+        verifiers/`, matched by fingerprint) when there is one, else "paper"; default bounds
+        become those shipped for the scoring model, if any (`verify/bounds.py`). The request's
+        config holds what is used (its result names the verifier). Needs an in-process scoring model
         (`check_served_target` refuses target scoring when the target is served)."""
         handle = self.target if cfg.scoring_model == "target" else self.draft
         assert isinstance(handle, ModelHandle)
-        return cfg.merged(verifier=self.cards.resolve(cfg.verifier, handle.model, handle.tokenizer))
+        return cfg.merged(verifier=self.cards.resolve(cfg.verifier, handle.model, handle.tokenizer),
+                          bounds=self.cards.bounds(cfg.bounds, handle.model, handle.tokenizer))
 
     def draft_spec(self, req: Request, selector: Selector) -> SampleSpec:
         """How the draft proposes this request's step: k candidates, sampling, the step rules,
@@ -65,7 +67,8 @@ class Judge:
                           self.capture_layers(self.draft, cfg), cfg.sparsify_threshold,
                           hidden=cfg.k > 1 and selector.mode == "hidden",
                           pool_layers=self.pool_layers(self.draft, cfg)
-                          if cfg.scoring_model == "draft" else (), shaping=Shaping.of(cfg))
+                          if cfg.scoring_model == "draft" else (), shaping=Shaping.of(cfg),
+                          grace=req.grace())
 
     def score(self, req: Request, cand: Candidate, kind: StepKind
               ) -> tuple[Verdict, TentativePass | None]:

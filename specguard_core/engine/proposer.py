@@ -6,14 +6,15 @@ each row stops at a step boundary (`steps.step_end`), an EOS token or the token 
 token is fed through the model, so its attention row is captured and the cache of the chosen row is
 complete when it is committed. `propose` returns a `Proposal`: `.keep(i)` commits row i's step,
 `.discard()` rolls the cache back to the prefix. One host transfer per decode step (the sampled
-tokens and their log-probs); text grows through an incremental detokeniser (`StepText`).
+tokens and their log-probs); text grows through an incremental detokeniser (`StepText`, in
+`text/step_text.py`: where a step ends, on whole characters).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,13 +23,14 @@ from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState
 from specguard_core.engine.sampling import NO_SHAPING, Shaping, sample_with_probs
 from specguard_core.engine.verify.signals import sparsify_rows
-from specguard_core.text.steps import StepRules, step_end
+from specguard_core.text.step_text import WHOLE_CHAR_GRACE, EndReason, StepText
+from specguard_core.text.steps import StepRules
 
 if TYPE_CHECKING:
     from specguard_core.cache.state import Target
 
-EndReason = Literal["boundary", "eos", "budget", "refused"]  # refused: a watcher stopped it early
-Added = Literal["fed", "eos", "before"]
+__all__ = ["WHOLE_CHAR_GRACE", "Candidate", "Proposal", "SampleSpec", "StepText", "propose"]
+
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class SampleSpec:
     hidden: bool = False
     pool_layers: tuple[int, ...] = ()  # hidden-state layers (0 = embeddings) to mean-pool per step
     shaping: Shaping = NO_SHAPING  # top-k, min-p, repetition penalty (`sampling.Shaping`)
+    grace: int = 0  # tokens past max_tokens a step may take to complete its first character
 
 
 @dataclass
@@ -71,65 +74,6 @@ class Candidate:
     def fed(self) -> list[int]:
         """The tokens that went through the model (all but a final EOS)."""
         return self.token_ids[: self.n_fed]
-
-
-class StepText:
-    """One step's tokens and text as tokens arrive; decides where the step ends.
-
-    Text grows through `tokenizers`' `DecodeStream` when the tokenizer is fast (a full re-decode per
-    token otherwise), so a multi-byte character split over tokens appears whole, and a step cut by
-    the budget in the middle of one is trimmed back to the last whole character (`trim`)."""
-
-    def __init__(self, handle: Target, rules: StepRules, max_tokens: int, prior: str = "") -> None:
-        self.handle, self.rules, self.max_tokens, self.prior = handle, rules, max_tokens, prior
-        self.token_ids: list[int] = []
-        self.text = ""
-        self.end: EndReason | None = None
-        self.n_whole = 0  # tokens up to the last whole character
-        backend = getattr(handle.tokenizer, "_tokenizer", None)
-        self._backend: Any = backend
-        self._stream: Any = None
-        if backend is not None:
-            from tokenizers.decoders import DecodeStream
-
-            self._stream = DecodeStream(skip_special_tokens=False)
-
-    def _grow(self, tok: int) -> tuple[str, bool]:
-        """(text with `tok`, whether it ends on a whole character)."""
-        if self._stream is not None:
-            chunk = self._stream.step(self._backend, tok)
-            return self.text + (chunk or ""), chunk is not None
-        text = self.handle.decode(self.token_ids + [tok])
-        return text, not text.endswith("\ufffd")
-
-    def add(self, tok: int) -> Added:
-        """Add the next token: "fed" (it belongs to the step and must go through the model), "eos"
-        (it ends the turn; never fed) or "before" (the step ended just before it; not added)."""
-        if tok in self.handle.eos_ids:
-            self.token_ids.append(tok)
-            self.end = "eos"
-            return "eos"
-        text, whole = self._grow(tok)
-        end = step_end(self.prior + text, self.rules) if whole else None
-        if end is not None and end - len(self.prior) <= len(self.text) and self.token_ids:
-            self.end = "boundary"  # the token opens a block after prose
-            return "before"
-        self.token_ids.append(tok)
-        self.text = text
-        if whole:
-            self.n_whole = len(self.token_ids)
-        if end is not None:
-            self.end = "boundary"
-        elif len(self.token_ids) >= self.max_tokens:
-            self.end = "budget"
-        return "fed"
-
-    def trim(self) -> int:
-        """Drop trailing tokens of an unfinished character (after a budget cut); returns how many."""
-        extra = len(self.token_ids) - self.n_whole if self.end != "eos" and self.n_whole else 0
-        if extra:
-            del self.token_ids[self.n_whole:]
-        return extra
 
 
 @dataclass
@@ -166,14 +110,14 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
     k, n0, dev = spec.k, len(state.ids), handle.device
     logits = handle.next_logits(state).unsqueeze(0).expand(k, -1)  # [k, V]
     handle.fork(state, k)
-    texts = [StepText(handle, spec.rules, spec.max_tokens, prior) for _ in range(k)]
+    texts = [StepText(handle, spec.rules, spec.max_tokens, prior, spec.grace) for _ in range(k)]
     cands = [Candidate() for _ in range(k)]
     att_rows: list[torch.Tensor] = []  # step t: [k, L, t + 1], grown with the step
     emb_sum: torch.Tensor | None = None  # [k, d]
     pool_sums: dict[int, torch.Tensor] = {}  # layer -> [k, d]
     whole_logits: dict[int, torch.Tensor] = {}  # row -> [V] after its last whole character
     history = spec.shaping.history(state.ids, k, dev)  # [k, n0 + t] for the penalty (None: none)
-    for t in range(spec.max_tokens):
+    for t in range(spec.max_tokens + spec.grace if spec.max_tokens else 0):  # `StepText.room`
         if check is not None:
             check()
         shaped = spec.shaping.penalise(logits, history)  # [k, V]

@@ -20,6 +20,7 @@ from specguard_core.config import Acceptance, SpecGuardConfig
 from specguard_core.engine.verify.verifier import Verdict
 from specguard_core.text.chat import parse_tool_call
 from specguard_core.text.formats import ResponseFormat, final_text
+from specguard_core.text.step_text import WHOLE_CHAR_GRACE
 from specguard_core.text.steps import StepRules, call_closed, step_kind, strip_markers
 from specguard_core.types import (
     Cancelled,
@@ -139,6 +140,15 @@ class Request:
         """Tokens the next step may take: step cap, max_new_tokens left, context window left."""
         room = self.context_window - len(state.ids) - len(state.pending) - 1
         return max(0, min(self.cfg.max_step_tokens, self.cfg.max_new_tokens - self.n_new, room))
+
+    def grace(self) -> int:
+        """Tokens past `max_step_tokens` the next step may take to complete its first character
+        (`proposer.WHOLE_CHAR_GRACE` at most): never past `max_new_tokens` or either model's
+        context window."""
+        left = [min(self.cfg.max_new_tokens - self.n_new,
+                    self.context_window - len(s.ids) - len(s.pending) - 1) - self.budget(s)
+                for s in (self.draft, self.target)]
+        return max(0, min(WHOLE_CHAR_GRACE, *left))
 
     def commit(self, step: Step, verdict: Verdict | None, phases: dict[str, float],
                draft_text: str | None) -> StepRecord:

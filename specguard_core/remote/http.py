@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from specguard_core.concurrency.turns import waiting_io
+from specguard_core.remote.deadline import DeadlineTransport, within
 
 # sampling settings a server would otherwise take from the model's generation_config.json
 # (top_k=-1: "disabled" in every vLLM release; newer ones also take 0)
@@ -28,7 +29,9 @@ class RemoteTargetError(ConnectionError):
 
 class ServerClient:
     """vLLM at `url` (`http://HOST:PORT/v1`); requests name `model` (settable: `connect` learns
-    it from the server). Constructing one touches no network."""
+    it from the server). Constructing one touches no network. `timeout_s` bounds each call as a
+    whole, wall clock (connecting, sending, and the answer however slowly it arrives), through
+    `deadline.DeadlineTransport`; `transport` replaces it (tests)."""
 
     def __init__(self, url: str, model: str, *, timeout_s: float, api_key: str | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -38,7 +41,7 @@ class ServerClient:
         self.timeout_s = float(timeout_s)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-                                    headers=headers, transport=transport)
+                                    headers=headers, transport=transport or DeadlineTransport(url))
 
     def models(self) -> dict[str, dict[str, Any]]:
         """`/v1/models`: each served model's entry by its name."""
@@ -67,13 +70,15 @@ class ServerClient:
                 ) -> dict[str, Any]:
         """The server's JSON object answer; `what` (the engine's purpose) goes into errors."""
         try:
-            with waiting_io():  # the engine's other requests run their steps meanwhile
+            # the engine's other requests run their steps meanwhile; the whole call, body
+            # included, ends within timeout_s
+            with waiting_io(), within(self.timeout_s):
                 response = self._client.request(method, url, json=body)
         except httpx.TimeoutException:
             raise RemoteTargetError(
-                f"the target server at {self.url} did not answer within {self.timeout_s:g}s "
-                f"(asked to {what}); it may be overloaded or still starting: retry, or raise "
-                "target_timeout= (CLI: --target-timeout)") from None
+                f"the target server at {self.url} did not answer in full within "
+                f"{self.timeout_s:g}s (asked to {what}); it may be overloaded or still starting: "
+                "retry, or raise target_timeout= (CLI: --target-timeout)") from None
         except httpx.TransportError as err:
             raise RemoteTargetError(
                 f"cannot reach the target server at {self.url} ({err or type(err).__name__}); "

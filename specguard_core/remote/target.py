@@ -234,7 +234,8 @@ class RemoteTarget:
         server's log-probabilities of their tokens, but no attention rows, hidden states or
         sampling probabilities."""
         self.catch_up(state)
-        texts = [StepText(self, spec.rules, spec.max_tokens, prior) for _ in range(spec.k)]
+        texts = [StepText(self, spec.rules, spec.max_tokens, prior, spec.grace)
+                 for _ in range(spec.k)]
         logprobs: list[list[float]] = [[] for _ in range(spec.k)]
         pending = list(range(spec.k))  # candidates whose step has not ended yet
         first = True
@@ -243,7 +244,7 @@ class RemoteTarget:
                 check()
             n = len(pending) if first else 1
             done = texts[pending[0]].token_ids if not first else []
-            choices = self._generate(state.ids + done, n, spec, spec.max_tokens - len(done),
+            choices = self._generate(state.ids + done, n, spec, texts[pending[0]].room(),
                                      generator, state)
             for i, (ids, lps, finished) in zip(pending[:n], choices, strict=True):
                 for tok, lp in zip(ids, lps, strict=True):
@@ -251,7 +252,8 @@ class RemoteTarget:
                     logprobs[i].append(lp)
                     if texts[i].end is not None:
                         break
-                if texts[i].end is None and (finished or not ids):
+                extending = len(texts[i].token_ids) >= spec.max_tokens  # to a whole character
+                if texts[i].end is None and (not ids or (finished and not extending)):
                     texts[i].end = "budget"  # the server ended without a step marker or EOS
             pending = [i for i in pending if texts[i].end is None]
             first = False

@@ -6,13 +6,12 @@ reads as a probability. `x` is the card's feature list in order: `hidden:<layer>
 state of that layer over the step's fed tokens, `Candidate.pooled[layer]`, d values) and scalar
 features by name (`confidence`, `grounding`, `n_tokens`, ...). At generation time this is one dot
 product on states the draft already computed. A card belongs to one model: loading it for another
-model (fingerprint mismatch) is refused.
+model (fingerprint mismatch, `fingerprint.py`: config, shape and, when the card records one, a
+digest of the weights) is refused.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import warnings
 from collections.abc import Mapping
@@ -23,43 +22,15 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from specguard_core import verifiers
+from specguard_core.config import NormBounds
+from specguard_core.engine.verify.bounds import shipped_bounds
+from specguard_core.engine.verify.fingerprint import Fingerprint, fingerprint
 
-# config keys that do not change what the hidden states mean
-_VOLATILE = {"_name_or_path", "torch_dtype", "dtype", "transformers_version", "_attn_implementation",
-             "_attn_implementation_autoset", "attn_implementation", "use_cache", "_commit_hash",
-             "name_or_path"}
-
+__all__ = ["CardError", "Cards", "Fingerprint", "Probe", "VerifierCard", "fingerprint",
+           "load_probe", "shipped_card", "shipped_card_for"]
 
 class CardError(ValueError):
     """A verifier card that cannot be used here; the message says why and what to do."""
-
-
-class Fingerprint(BaseModel):
-    """Identifies the model a probe was trained on. `name` is informational; the rest must match."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    config_sha256: str
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-
-    def mismatch(self, other: Fingerprint) -> list[str]:
-        """The fields (other than `name`) in which `other` differs."""
-        return [k for k in ("config_sha256", "vocab_size", "hidden_size", "num_layers")
-                if getattr(self, k) != getattr(other, k)]
-
-
-def fingerprint(model: Any, tokenizer: Any) -> dict[str, Any]:
-    """The fingerprint of a loaded HF causal LM (as a plain dict, JSON-ready)."""
-    cfg = model.config.get_text_config()
-    data = {k: v for k, v in cfg.to_dict().items() if k not in _VOLATILE}
-    digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
-    name = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
-    return Fingerprint(name=Path(name).name or name, config_sha256=digest,
-                       vocab_size=len(tokenizer), hidden_size=int(cfg.hidden_size),
-                       num_layers=int(cfg.num_hidden_layers)).model_dump()
 
 
 class VerifierCard(BaseModel):
@@ -137,6 +108,12 @@ class VerifierCard(BaseModel):
         """Refuse a card trained on another model."""
         here = Fingerprint.model_validate(fingerprint(model, tokenizer))
         diff = self.model.mismatch(here)
+        if diff == ["weights_sha256"]:
+            raise CardError(
+                f"verifier card {path or ''} was trained on {self.model.name}, but the scoring "
+                f"model {here.name} has its config and other weights (a fine-tune?); train a card "
+                "for this model with `specguard verifier-train --model ...` or use "
+                "verifier='paper'")
         if diff:
             raise CardError(
                 f"verifier card {path or ''} was trained on {self.model.name} but the scoring model "
@@ -197,11 +174,18 @@ def shipped_card_for(here: Fingerprint, folder: Path | None = None) -> Path | No
 
 def _warn_near_miss(here: Fingerprint) -> None:
     """Say so when a shipped card was trained on a model of this shape whose config differs (e.g.
-    the hub's folder of the model a card's `specguard models fetch` bundle converts): `auto` then
-    means the paper's ensemble, whose thresholds read differently."""
+    the hub's folder of the model a card's `specguard models fetch` bundle converts), or whose
+    weights differ (a fine-tune): `auto` then means the paper's ensemble, whose thresholds read
+    differently."""
     for path in sorted(verifiers.SHIPPED_DIR.glob("*.json")):
         card = VerifierCard.load(path)
-        if card.model.mismatch(here) == ["config_sha256"]:
+        diff = card.model.mismatch(here)
+        if diff == ["weights_sha256"]:
+            warnings.warn(f"verifier='auto': {path.name} was trained on {card.model.name}, and "
+                          f"{here.name} has its config but other weights (a fine-tune?), so the "
+                          "paper's ensemble scores the steps; train a card for this model with "
+                          "`specguard verifier-train`", stacklevel=4)
+        elif diff and set(diff) <= {"config_sha256", "weights_sha256"}:
             warnings.warn(f"verifier='auto': {path.name} was trained on {card.model.name}, a model "
                           f"of the same shape as {here.name} but with another config, so the "
                           "paper's ensemble scores the steps; load the model the card names (or "
@@ -216,6 +200,7 @@ class Cards:
 
     def __init__(self) -> None:
         self._auto: dict[int, str] = {}  # id(model) -> "paper" or the shipped card's path
+        self._bounds: dict[int, NormBounds | None] = {}  # id(model) -> its shipped bounds
         self._layers: dict[tuple[str, int], tuple[int, ...]] = {}  # (verifier, id(model))
 
     def resolve(self, verifier: str, model: Any, tokenizer: Any) -> str:
@@ -228,6 +213,15 @@ class Cards:
             if card is None:
                 _warn_near_miss(Fingerprint.model_validate(fingerprint(model, tokenizer)))
         return self._auto[id(model)]
+
+    def bounds(self, bounds: NormBounds, model: Any, tokenizer: Any) -> NormBounds:
+        """`bounds` itself, or for the defaults (`NormBounds()`) the bounds shipped for this
+        scoring model when there are some (`bounds.py`), looked up once per model."""
+        if bounds != NormBounds():
+            return bounds
+        if id(model) not in self._bounds:
+            self._bounds[id(model)] = shipped_bounds(model, tokenizer)
+        return self._bounds[id(model)] or bounds
 
     def hidden_layers(self, verifier: Any, model: Any, tokenizer: Any) -> tuple[int, ...]:
         """`verifier.hidden_layers(model, tokenizer)`, its check that it was made for this model

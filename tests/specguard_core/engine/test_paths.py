@@ -73,3 +73,29 @@ def test_multibyte_characters_are_never_split_by_a_step() -> None:
             assert result.raw_text == text
             assert all("\ufffd" not in s.text for s in result.steps)
             assert len(result.steps) > 6  # the 4-token budget cut steps (3 byte tokens a character)
+
+
+def test_a_character_longer_than_the_step_budget_is_one_whole_step() -> None:
+    """max_step_tokens=1 and a 4-byte emoji (4 byte-level tokens): the step that starts the emoji
+    goes on until it is whole, whoever writes it; every other step stays one token."""
+    text = "ab🙂c🙂"
+    for fallback in ("greedy", "speculative"):
+        engine = scripted_engine(lambda p: text, config=SpecGuardConfig(
+            k=1, temperature=0.0, max_step_tokens=1, max_new_tokens=64, fallback=fallback))
+        assert len(engine.target.encode("🙂")) == 4  # no merges for it in the test tokenizer
+        for tau in (-math.inf, math.inf):  # the draft's steps kept, or the target's written
+            result = engine.generate("Go", tau=tau)
+            assert result.raw_text == text
+            *steps, end = result.steps  # the last step is the end of turn alone
+            assert end.text == "" and set(end.token_ids) <= engine.target.eos_ids
+            assert [s.text for s in steps] == ["a", "b", "🙂", "c", "🙂"]
+            assert [len(s.token_ids) for s in steps] == [1, 1, 4, 1, 4]
+
+
+def test_the_grace_for_a_whole_character_never_passes_max_new_tokens() -> None:
+    engine = scripted_engine(lambda p: "a🙂", config=SpecGuardConfig(
+        k=1, temperature=0.0, max_step_tokens=1, max_new_tokens=3))
+    result = engine.generate("Go", tau=-math.inf)
+    assert result.finish_reason == "length"
+    assert sum(len(s.token_ids) for s in result.steps) == 3
+    assert all(s.text for s in result.steps)  # the cut character's bytes read as U+FFFD

@@ -231,7 +231,7 @@ def test_a_slow_server_times_out_with_a_clear_error(tiny_pair: Any) -> None:
     with live_server(fake.app()) as base:
         target = RemoteTarget.connect(f"{base}/v1", "slow", t_tok, timeout_s=0.3)
         engine = SpecGuardEngine(d_model, d_tok, target, config=GREEDY)
-        with pytest.raises(RemoteTargetError, match=r"did not answer within 0.3s.*target_timeout"):
+        with pytest.raises(RemoteTargetError, match=r"did not answer in full within 0.3s.*target_timeout"):
             engine.generate(QUESTION, tau=math.inf)
 
 
