@@ -218,10 +218,9 @@ def surfaced(calls: Sequence[ToolCall]) -> list[ToolCall]:
 def served_target(owner: str, data: Any, key: str) -> Any:
     """Constructor keywords `data` with the target (`data[key]`) set to `load_options.target_url`
     when only the latter names it; both naming different targets is a ValueError."""
-    if not isinstance(data, dict) or data.get("load_options") is None:
-        return data
-    load = data["load_options"]
-    url = load.target_url if isinstance(load, LoadOptions) else dict(load).get("target_url")
+    load = data.get("load_options") if isinstance(data, dict) else None
+    url = load.target_url if isinstance(load, LoadOptions) else \
+        load.get("target_url") if isinstance(load, dict) else None
     if url is None:
         return data
     if data.get(key) not in (None, url):
@@ -238,8 +237,7 @@ def load_options(owner: Any, name: str) -> LoadOptions:
     if owner.load_options is not None:
         if given:
             raise ValueError(f"{name} got load_options= and {sorted(given)}; pass the loader "
-                             "options one way (e.g. load_options=LoadOptions(..., "
-                             f"{sorted(given)[0]}=...))")
+                             f"options one way (load_options=LoadOptions({sorted(given)[0]}=...))")
         return owner.load_options
     try:
         return LoadOptions.of(**given)
@@ -248,9 +246,8 @@ def load_options(owner: Any, name: str) -> LoadOptions:
 
 
 def check_placement(name: str, load: LoadOptions, target: str | None) -> None:
-    """The devices the adapter would load on, checked at construction (a device this machine
-    lacks fails now, naming the option, not at the first call); a served `target` (a URL) takes
-    no target placement options."""
+    """The devices the adapter would load on, checked at construction (naming the option); a
+    served `target` (a URL) takes no target placement options."""
     from specguard_core.models.loading import model_options
     from specguard_core.remote.load import draft_options, is_url
 

@@ -18,7 +18,7 @@ from specguard_core.types import GenerationResult, StepRecord
 LOAD_FLAGS = LoadFlags(defaults={"dtype": "bfloat16"})  # `specguard run` and `specguard serve`
 # the SpecGuardConfig fields with a flag of their own (any field: --set KEY=VALUE)
 CONFIG_FLAGS = ModelFlags(SpecGuardConfig, fields=("max_new_tokens", "verifier", "bounds"),
-                          types={"bounds": str}, metavars={"bounds": "PATH"},
+                          types={"bounds": str}, metavars={"bounds": "PATH", "max_new_tokens": "N"},
                           default_help=dict.fromkeys(("max_new_tokens", "verifier", "bounds"),
                                                      "the preset's"))
 
@@ -43,8 +43,7 @@ def add_run_parser(sub: Any) -> None:
 
 def add_load_flags(p: argparse.ArgumentParser) -> None:
     """The loading flags (`LoadOptions`' fields), a target on a vLLM server's among them."""
-    LOAD_FLAGS.add_groups(p, "remote target (a model on a vLLM server; see README, \"Remote "
-                          "target\")")
+    LOAD_FLAGS.add_groups(p, "remote target (a model on a vLLM server; docs/serving.md)")
 
 
 def load_options(args: argparse.Namespace) -> LoadOptions:

@@ -124,3 +124,13 @@ def test_the_target_api_key_defaults_to_its_environment_variable(
     args = build_parser().parse_args(["run", "Hi", "--target-url", "http://h:1/v1",
                                       "--target-api-key", "given"])
     assert _load("run", args).served()["target_api_key"] == "given"
+
+
+def test_the_configuration_page_lists_every_load_option_with_its_flag() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    for name in LoadOptions.model_fields:
+        flag = "--" + name.replace("_", "-")
+        assert any(f"`{name}`" in row and f"`{flag}" in row for row in rows), name
