@@ -26,7 +26,6 @@ from specguard_core.flags import ModelFlags, flag_name
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
 DTYPES: tuple[str, ...] = get_args(DType)
-PLACEMENT = ("device", "dtype", "draft_device", "target_device", "draft_dtype", "target_dtype")
 SERVED = ("target_url", "target_model", "target_tokenizer", "target_timeout", "target_api_key",
           "target_top_logprobs")
 TARGET_KEY_ENV = "SPECGUARD_TARGET_API_KEY"  # the commands' default for target_api_key
