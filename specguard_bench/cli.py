@@ -25,8 +25,13 @@ from specguard_core.config import (  # noqa: F401 (PRESETS, parse_value re-expor
     parse_value,
     positive_int,
 )
+from specguard_core.flags import flag_name
+from specguard_core.models.options import LoadFlags, LoadOptions
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
-from specguard_core.remote.load import add_target_flags, target_flags
+
+# the loading flags (LoadOptions' fields); the bench's default dtype is bfloat16
+LOAD_FLAGS = LoadFlags(default_help={"dtype": "bfloat16; synthetic mode: float32 for tiny/small, "
+                                              "bfloat16 for real"})
 
 
 def _csv(kind: type) -> Any:
@@ -36,7 +41,9 @@ def _csv(kind: type) -> Any:
     return parse
 
 
-def _model_args(parser: argparse.ArgumentParser) -> None:
+def _model_args(parser: argparse.ArgumentParser, served: str | None = None) -> None:
+    """The pair, its loading flags (with a served target's under the title `served`), and the
+    flags shared by `bench` and `calibrate`."""
     parser.add_argument(
         "--draft",
         default=DEFAULT_DRAFT,
@@ -44,13 +51,6 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--target", default=DEFAULT_TARGET, help="target model (default %(default)s)"
-    )
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
-    parser.add_argument(
-        "--dtype",
-        default=None,
-        choices=["auto", "bfloat16", "float16", "float32"],
-        help="default bfloat16 (synthetic mode: float32 for tiny/small, bfloat16 for real)",
     )
     parser.add_argument(
         "--set",
@@ -77,6 +77,7 @@ def _model_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="torch intra-op CPU threads (default: torch's choice; 1 can be faster on a busy box)",
     )
+    LOAD_FLAGS.add_groups(parser, served)
 
 
 def add_bench_parser(
@@ -140,12 +141,8 @@ def add_bench_parser(
                    help="with --batching: the most rows in one batched forward (EngineConfig."
                    f"max_batch_rows, default {EngineConfig().max_batch_rows}; a k-candidate "
                    "proposal brings k rows, so the paper preset's k=16 needs more to batch)")
-    _model_args(p)
-    remote = p.add_argument_group(
-        f"served target ({REMOTE_METHOD}: the balanced preset with the target on a vLLM server, "
-        "beside the in-process pair)")
-    add_target_flags(remote, "the served target's OpenAI-compatible API, e.g. "
-                     f"http://HOST:8000/v1; adds the method {REMOTE_METHOD}")
+    _model_args(p, f"served target (--target-url adds the method {REMOTE_METHOD}: the "
+                "balanced preset with the target on a vLLM server, beside the in-process pair)")
     syn = p.add_argument_group("synthetic mode (random weights, real architectures)")
     syn.add_argument(
         "--synthetic",
@@ -213,16 +210,11 @@ def _max_new_tokens(args: argparse.Namespace) -> int:
     return DEFAULT_MAX_NEW_TOKENS.get(args.dataset, FILE_MAX_NEW_TOKENS)
 
 
-def _served(args: argparse.Namespace) -> Any:
-    """The served target the flags name (a `ServedTarget`), or None without --target-url; a
-    served-target flag without --target-url is a ValueError."""
-    from specguard_bench.engines import ServedTarget
-
-    if target_flags(args) is None:  # also refuses served-target flags without --target-url
-        return None
-    return ServedTarget(url=args.target_url, model=args.target_model,
-                        tokenizer=args.target_tokenizer, timeout_s=args.target_timeout,
-                        api_key=args.target_api_key or None)
+def load_options(args: argparse.Namespace) -> LoadOptions:
+    """The loading flags as `LoadOptions` (dtype: bfloat16 unless given); a bad value, or a
+    served-target flag without --target-url, is a ValueError naming the flag."""
+    load = LOAD_FLAGS.parse(args)
+    return load if "dtype" in LOAD_FLAGS.given(args) else load.merged(dtype="bfloat16")
 
 
 def _methods(args: argparse.Namespace, remote: bool) -> tuple[str, ...]:
@@ -238,9 +230,11 @@ def _methods(args: argparse.Namespace, remote: bool) -> tuple[str, ...]:
 
 
 def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
+    from specguard_bench.engines import ServedTarget
     from specguard_bench.harness import BenchSettings, run_bench
 
-    served = _served(args)
+    load = load_options(args)
+    served = ServedTarget.of(load)
     settings = BenchSettings(
         out_dir=args.out,
         dataset=args.dataset,
@@ -253,8 +247,9 @@ def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
         dataset_file=args.dataset_file,
         draft=args.draft,
         target=args.target,
-        device=args.device,
-        dtype=args.dtype or "bfloat16",
+        device=load.device,
+        dtype=load.dtype,
+        load=load.in_process(),
         heterogeneous=args.heterogeneous,
         batching=args.batching,
         max_batch_rows=_max_batch_rows(args),
@@ -283,7 +278,7 @@ def _suite(args: argparse.Namespace, sets: dict[str, Any]) -> None:
     if args.concurrency is not None or args.target_url:
         raise ValueError(f"--concurrency and --target-url apply to the reasoning suite, not "
                          f"--suite {args.suite}")
-    run_command(args, sets, max_new_tokens=_max_new_tokens(args),
+    run_command(args, sets, load=load_options(args), max_new_tokens=_max_new_tokens(args),
                 max_batch_rows=_max_batch_rows(args))
 
 
@@ -295,7 +290,7 @@ def _synthetic(args: argparse.Namespace, sets: dict[str, Any]) -> None:
         SyntheticSettings(
             out_dir=args.out,
             size=args.synthetic_size,
-            device=args.device,
+            device=load_options(args).device,
             dtype=None if args.dtype in (None, "auto") else args.dtype,
             preset=args.synthetic_preset,
             sets=sets,
@@ -337,6 +332,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                or args.max_batch_rows is not None):
             raise ValueError("--concurrency, --batching, --max-batch-rows and --target-url "
                              "measure the real benchmark; they do not apply to --synthetic")
+        loading = sorted(set(LOAD_FLAGS.given(args)) - {"device", "dtype", "target_url"})
+        if args.synthetic and loading:
+            raise ValueError(f"{', '.join(flag_name(n) for n in loading)} load real models; "
+                             "--synthetic builds random-weight ones (drop them)")
         if args.synthetic and args.suite != "reasoning":
             raise ValueError("--synthetic times random-weight models; it has no --suite")
         run = _synthetic if args.synthetic else _bench if args.suite == "reasoning" else _suite
@@ -353,6 +352,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     _set_threads(args.threads)
     try:
+        load = load_options(args)
         bounds = run_calibrate(
             CalibrateSettings(
                 out=args.out,
@@ -365,8 +365,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 max_new_tokens=_max_new_tokens(args),
                 draft=args.draft,
                 target=args.target,
-                device=args.device,
-                dtype=args.dtype or "bfloat16",
+                device=load.device,
+                dtype=load.dtype,
+                load=load.in_process(),
                 heterogeneous=args.heterogeneous,
                 low_q=args.low_q,
                 high_q=args.high_q,

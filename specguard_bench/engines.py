@@ -15,6 +15,7 @@ from typing import Any
 
 from specguard_bench.methods import REMOTE_METHOD, REMOTE_VARIANT
 from specguard_core.config import SpecGuardConfig
+from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
@@ -22,17 +23,26 @@ from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 class PairSettings:
     """The model pair and how to load it, shared by `BenchSettings` and `CalibrateSettings`.
     `sets` are SpecGuardConfig overrides for the SpecGuard methods (`k=4`, or `fast.k=4` for
-    one preset)."""
+    one preset). `load` holds the loader options besides `device` and `dtype` (per-model
+    placement, revision, quantization, ...; a served target's are `ServedTarget`'s)."""
 
     draft: str = DEFAULT_DRAFT
     target: str = DEFAULT_TARGET
     device: str = "auto"
     dtype: str = "bfloat16"
+    load: LoadOptions = field(default_factory=LoadOptions)
     sets: Mapping[str, Any] = field(default_factory=dict)
     heterogeneous: bool = False  # EngineConfig: a pair with different tokenizers
     batching: bool = False  # EngineConfig: concurrent requests share forwards (concurrency/batcher.py)
     max_batch_rows: int | None = None  # EngineConfig.max_batch_rows with batching (None: default)
     progress: bool = True
+
+    def load_fingerprint(self) -> dict[str, Any]:
+        """The loader options set besides device and dtype, as JSON (for a run's fingerprint)."""
+        given = {k: getattr(self.load, k) for k in sorted(self.load.model_fields_set)
+                 if k not in ("device", "dtype")}
+        return {k: v if v is None or isinstance(v, (str, int, float, bool, dict)) else repr(v)
+                for k, v in given.items()}
 
 
 @dataclass(frozen=True)
@@ -45,18 +55,32 @@ class ServedTarget:
     tokenizer: str | None = None
     timeout_s: float | None = None
     api_key: str | None = field(default=None, repr=False)
+    top_logprobs: int | None = None  # log-probabilities per token the server returns
+
+    @classmethod
+    def of(cls, load: LoadOptions) -> ServedTarget | None:
+        """The served target `load` names (its `target_url`), else None."""
+        if load.target_url is None:
+            return None
+        given = load.served()
+        return cls(url=load.target_url, model=given.get("target_model"),
+                   tokenizer=given.get("target_tokenizer"), timeout_s=given.get("target_timeout"),
+                   api_key=given.get("target_api_key"),
+                   top_logprobs=given.get("target_top_logprobs"))
 
     def fingerprint(self) -> dict[str, Any]:
         """What changes a `specguard-remote` result: where the target is, which model, its
         tokenizer, and the variant (the preset it runs)."""
         preset, fixed = REMOTE_VARIANT
         return {"url": self.url, "model": self.model, "tokenizer": self.tokenizer,
-                "variant": [preset, dict(sorted(fixed.items()))]}
+                "variant": [preset, dict(sorted(fixed.items()))],
+                **({"top_logprobs": self.top_logprobs} if self.top_logprobs else {})}
 
     def options(self) -> dict[str, Any]:
         """`SpecGuardEngine.from_pretrained`'s remote keywords (unset ones left out)."""
         given = {"target_model": self.model, "target_tokenizer": self.tokenizer,
-                 "target_timeout": self.timeout_s, "target_api_key": self.api_key}
+                 "target_timeout": self.timeout_s, "target_api_key": self.api_key,
+                 "target_top_logprobs": self.top_logprobs}
         return {k: v for k, v in given.items() if v is not None}
 
 
@@ -76,15 +100,14 @@ def load_engine(settings: PairSettings, served: ServedTarget | None = None) -> A
     return SpecGuardEngine.from_pretrained(
         settings.draft,
         served.url if served else settings.target,
-        device=settings.device,
-        dtype=settings.dtype,
+        load=settings.load.in_process().merged(device=settings.device, dtype=settings.dtype,
+                                               **(served.options() if served else {})),
         progress=settings.progress,
         config=base_config(settings.sets),
         engine_config=EngineConfig(heterogeneous=settings.heterogeneous,
                                    batching=settings.batching,
                                    **({"max_batch_rows": settings.max_batch_rows}
                                       if settings.max_batch_rows else {})),
-        **(served.options() if served else {}),
     )
 
 

@@ -102,6 +102,7 @@ class BenchSettings(PairSettings):
             **({"max_batch_rows": self.max_batch_rows}
                if self.max_batch_rows not in (None, EngineConfig().max_batch_rows) else {}),
             **({"served_target": self.served.fingerprint()} if self.served else {}),
+            **({"load": loading} if (loading := self.load_fingerprint()) else {}),
         }
 
 

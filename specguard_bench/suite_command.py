@@ -9,12 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from specguard_bench.suites import AGENT_METHODS, BFCL_METHODS, FRAMEWORKS, SuiteSettings
+from specguard_core.models.options import LoadOptions
 
 
-def run_command(args: argparse.Namespace, sets: Mapping[str, Any], *, max_new_tokens: int,
-                max_batch_rows: int | None) -> None:
-    """`specguard bench --suite bfcl|agents ...`: build the settings from the parsed flags, run
-    the suite, print its table (and, for BFCL, the skipped lines on stderr)."""
+def run_command(args: argparse.Namespace, sets: Mapping[str, Any], *, load: LoadOptions,
+                max_new_tokens: int, max_batch_rows: int | None) -> None:
+    """`specguard bench --suite bfcl|agents ...`: build the settings from the parsed flags (and
+    the loading flags' `load`), run the suite, print its table (and, for BFCL, the skipped
+    lines on stderr)."""
     if args.suite == "bfcl" and args.dataset_file is not None and args.categories:
         raise ValueError("--categories selects shipped BFCL categories; a --dataset-file "
                          "brings its own (drop one of them)")
@@ -23,7 +25,7 @@ def run_command(args: argparse.Namespace, sets: Mapping[str, Any], *, max_new_to
         out_dir=args.out, dataset="bfcl" if args.suite == "bfcl" else "gsm8k", n=args.n,
         offset=args.offset, seed=args.seed, methods=tuple(args.methods or default), sets=sets,
         max_new_tokens=max_new_tokens, dataset_file=args.dataset_file, draft=args.draft,
-        target=args.target, device=args.device, dtype=args.dtype or "bfloat16",
+        target=args.target, device=load.device, dtype=load.dtype, load=load.in_process(),
         heterogeneous=args.heterogeneous, batching=args.batching, max_batch_rows=max_batch_rows,
         bounds_path=args.bounds, warmup=not args.no_warmup, progress=not args.no_progress,
         suite=args.suite, categories=tuple(args.categories or ()),

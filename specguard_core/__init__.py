@@ -24,6 +24,7 @@ _EXPORTS = {
     "ToolCall": "specguard_core.types",
     "GenerationStream": "specguard_core.engine.stream",
     "ModelLoadError": "specguard_core.models.loading",
+    "LoadOptions": "specguard_core.models.options",
     "SpecGuardEngine": "specguard_core.engine.loop",
     "RemoteTarget": "specguard_core.remote.target",
     "RemoteTargetError": "specguard_core.remote.http",
@@ -32,6 +33,7 @@ __all__ = [
     "EngineConfig",
     "GenerationResult",
     "GenerationStream",
+    "LoadOptions",
     "ModelLoadError",
     "NormBounds",
     "RemoteTarget",
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from specguard_core.engine.loop import SpecGuardEngine
     from specguard_core.engine.stream import GenerationStream
     from specguard_core.models.loading import ModelLoadError
+    from specguard_core.models.options import LoadOptions
     from specguard_core.remote.http import RemoteTargetError
     from specguard_core.remote.target import RemoteTarget
     from specguard_core.types import GenerationResult, StepRecord, ToolCall

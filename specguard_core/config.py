@@ -189,8 +189,9 @@ class SpecGuardConfig(BaseModel):
         "greedy", description="who writes a rejected step: the target greedily or as fallback_k "
         "samples (regenerated), or speculative: the target verifies the draft's step in one pass, "
         "keeps the agreeing prefix and finishes the step with draft-assisted decoding")
-    fallback_k: int = Field(1, ge=1, le=64, description="fallback='sample': target samples per "
-                            "rejected step, picked by the selector")
+    fallback_k: int | None = Field(None, ge=1, le=64, description="fallback='sample': target "
+                                   "samples per rejected step, picked by the selector (None: k, "
+                                   "as many as the draft proposes)")
     # three-way decision and the speculative fallback (`tau` alone: the paper's two-way rule)
     tau_accept: float | None = Field(None, description="keep without the target iff r >= "
                                      "tau_accept (None: tau)")
@@ -358,6 +359,12 @@ class SpecGuardConfig(BaseModel):
     def sd_confidence(self) -> Any:
         """`experimental.sd_confidence`."""
         return self.experimental.sd_confidence
+
+    @property
+    def fallback_samples(self) -> int:
+        """The target's samples per rejected step with fallback='sample': `fallback_k`, or `k`
+        when it is unset."""
+        return self.k if self.fallback_k is None else self.fallback_k
 
     @property
     def thresholds(self) -> tuple[float, float]:

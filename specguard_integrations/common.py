@@ -11,12 +11,15 @@ One vocabulary for `ChatSpecGuard` and `SpecGuardLLM`:
 - knobs (LangChain's standard names): `temperature`, `max_tokens`, `top_p`, `top_k`, `min_p`,
   `repetition_penalty`, `stop`, `seed`, `timeout`, and SpecGuard's `k`, `tau`, `beta`,
   `max_steps`;
-- loader options (used only when the adapter loads the pair): `device`, `dtype` (both models),
-  `draft_device`, `target_device`, `draft_dtype`, `target_dtype` (one model; None: the shared
-  one), `device_map`, `max_memory`, `revision`, `trust_remote_code` (False unless you opt in),
-  `quantization_config`, `engine_config`;
-- a target on a vLLM server: `target="http://HOST:PORT/v1"` with `target_model` (the served
-  name), and optionally `target_tokenizer`, `target_timeout`, `target_api_key`.
+- loader options (used only when the adapter loads the pair): `load_options=LoadOptions(...)`
+  (every option, `specguard_core.models.options`), or the same options as separate fields:
+  `device`, `dtype` (both models), `draft_device`, `target_device`, `draft_dtype`,
+  `target_dtype` (one model; None: the shared one), `device_map`, `max_memory`, `revision`,
+  `trust_remote_code` (False unless you opt in), `quantization_config`; not both ways at once;
+  `engine_config` beside either;
+- a target on a vLLM server: `target="http://HOST:PORT/v1"` (or `load_options.target_url`) with
+  `target_model` (the served name), and optionally `target_tokenizer`, `target_timeout`,
+  `target_api_key`.
 
 An unknown constructor argument is an error that names the valid ones; renamed arguments
 (`draft_model`, `max_new_tokens`, `model_kwargs`, `generate_kwargs`) still work with a
@@ -32,15 +35,17 @@ from typing import Any
 
 from specguard_core.config import PRESETS, EngineConfig, SpecGuardConfig, default_config, override_names
 from specguard_core.config import preset as make_preset
+from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import resolve
 from specguard_core.types import ToolCall
 
 KNOBS = ("temperature", "max_tokens", "top_p", "top_k", "min_p", "repetition_penalty", "stop",
          "seed", "k", "tau", "beta", "max_steps")
+# the adapters' separate loader fields: `LoadOptions` fields, an alternative to `load_options=`
 LOADER_OPTIONS = ("device", "dtype", "draft_device", "target_device", "draft_dtype",
                   "target_dtype", "device_map", "max_memory", "revision", "trust_remote_code",
-                  "quantization_config", "engine_config", "target_model", "target_tokenizer",
-                  "target_timeout", "target_api_key")
+                  "quantization_config", "target_model", "target_tokenizer", "target_timeout",
+                  "target_api_key")
 # names of remote-API clients that make no sense in-process: what to do instead
 REMOTE_ONLY = {name: "the models run in this process; to talk to a `specguard serve` server, use "
                "an OpenAI-compatible client (ChatOpenAI / OpenAILike) with that URL"
@@ -119,15 +124,13 @@ def request_config(base: SpecGuardConfig, *layers: Mapping[str, Any]) -> SpecGua
     return base.merged(**merged)
 
 
-def load_pair(draft: str, target: str, config: SpecGuardConfig, options: Mapping[str, Any]
-              ) -> Any:
+def load_pair(draft: str, target: str, config: SpecGuardConfig, load: LoadOptions,
+              engine_config: EngineConfig | None) -> Any:
     """The engine for `draft` and `target`, loaded with the loader options."""
     from specguard_core.engine.loop import SpecGuardEngine
 
-    opts = dict(options)
-    engine_config: EngineConfig | None = opts.pop("engine_config", None)
     return SpecGuardEngine.from_pretrained(draft, target, config=config,
-                                           engine_config=engine_config, **opts)
+                                           engine_config=engine_config, load=load)
 
 
 def is_url(ref: str | None) -> bool:
@@ -212,30 +215,47 @@ def surfaced(calls: Sequence[ToolCall]) -> list[ToolCall]:
     return [c for c in calls if c.valid or c.name]
 
 
-def check_placement(owner: str, options: Mapping[str, Any], target: str | None = None) -> None:
-    """The devices and dtypes the adapter would load with, checked at construction (a typo fails
-    now, naming the option, not at the first call); a served `target` (a URL) takes no target
-    placement options."""
-    from specguard_core.models.loading import per_model
+def served_target(owner: str, data: Any, key: str) -> Any:
+    """Constructor keywords `data` with the target (`data[key]`) set to `load_options.target_url`
+    when only the latter names it; both naming different targets is a ValueError."""
+    load = data.get("load_options") if isinstance(data, dict) else None
+    url = load.target_url if isinstance(load, LoadOptions) else \
+        load.get("target_url") if isinstance(load, dict) else None
+    if url is None:
+        return data
+    if data.get(key) not in (None, url):
+        raise ValueError(f"{owner} got {key}={data[key]!r} and load_options.target_url={url!r}; "
+                         "name the target once")
+    return {**data, key: url}
+
+
+def load_options(owner: Any, name: str) -> LoadOptions:
+    """The adapter's loader options: its `load_options`, else its separate loader fields (those
+    given); both is a ValueError, and so is a bad value (naming the option)."""
+    given = {n: getattr(owner, n) for n in LOADER_OPTIONS
+             if n in owner.model_fields_set and getattr(owner, n) is not None}
+    if owner.load_options is not None:
+        if given:
+            raise ValueError(f"{name} got load_options= and {sorted(given)}; pass the loader "
+                             f"options one way (load_options=LoadOptions({sorted(given)[0]}=...))")
+        return owner.load_options
+    try:
+        return LoadOptions.of(**given)
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None
+
+
+def check_placement(name: str, load: LoadOptions, target: str | None) -> None:
+    """The devices the adapter would load on, checked at construction (naming the option); a
+    served `target` (a URL) takes no target placement options."""
+    from specguard_core.models.loading import model_options
     from specguard_core.remote.load import draft_options, is_url
 
-    if target is not None and is_url(target):
-        try:
-            draft_options(dict(options))
-        except ValueError as err:
-            raise ValueError(f"{owner}: {err}") from None
-
-    for role in ("draft", "target"):
-        try:
-            per_model(role, options["device"], options["dtype"], options[f"{role}_device"],
-                      options[f"{role}_dtype"])
-        except ValueError as err:
-            raise ValueError(f"{owner}: {err}") from None
-
-
-def loader_kwargs(owner: Any) -> dict[str, Any]:
-    """The loader options as `from_pretrained` keywords (a secret unwrapped for the call only)."""
-    out = {name: getattr(owner, name) for name in LOADER_OPTIONS}
-    if hasattr(out.get("target_api_key"), "get_secret_value"):
-        out["target_api_key"] = out["target_api_key"].get_secret_value()
-    return out
+    try:
+        if target is not None and is_url(target):
+            draft_options(load)
+        else:
+            model_options(load, "draft")
+            model_options(load, "target")
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None

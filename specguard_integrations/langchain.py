@@ -35,6 +35,7 @@ from specguard_core import EngineConfig, GenerationResult, SpecGuardConfig, Spec
 from specguard_core.config import override_names
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.loop import GenerationStream
+from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.text.chat import check_template_kwargs
 from specguard_core.text.formats import with_instruction
@@ -46,10 +47,11 @@ from specguard_integrations.common import (
     check_config_choice,
     check_placement,
     knob_overrides,
+    load_options,
     load_pair,
-    loader_kwargs,
     profile,
     request_config,
+    served_target,
     tokenizer_refs,
 )
 from specguard_integrations.langchain_convert import (
@@ -167,7 +169,9 @@ class ChatSpecGuard(BaseChatModel):
     tau: float | None = None
     beta: float | None = None
     max_steps: int | None = None
-    # loader options (used only when ChatSpecGuard loads the pair itself)
+    # loader options (used only when ChatSpecGuard loads the pair itself): all in one
+    load_options: LoadOptions | None = Field(default=None, exclude=True)
+    """Every loader option as one `LoadOptions` (instead of the separate fields below)."""
     device: str = "auto"
     dtype: str = "auto"
     draft_device: str | None = None
@@ -198,7 +202,9 @@ class ChatSpecGuard(BaseChatModel):
     @classmethod
     def _arguments(cls, data: Any) -> Any:
         valid = {n for n in cls.model_fields if n not in ("injected_engine", "overrides")}
-        return check_arguments("ChatSpecGuard", data, valid | {"engine", "target"})
+        data = check_arguments("ChatSpecGuard", data, valid | {"engine", "target"})
+        key = "target" if isinstance(data, dict) and "target" in data else "model"
+        return served_target("ChatSpecGuard", data, key)
 
     @model_validator(mode="after")
     def _validate(self) -> Self:
@@ -210,7 +216,7 @@ class ChatSpecGuard(BaseChatModel):
         self._config(engine, {})  # fail early on bad values
         check_template_kwargs(self.chat_template_kwargs)
         if engine is None:
-            check_placement("ChatSpecGuard", loader_kwargs(self), self.target)
+            check_placement("ChatSpecGuard", self.loading, self.target)
         if engine is not None and self.model is None:
             self.model = engine.model_name
         elif engine is None and self.model is None:
@@ -219,6 +225,11 @@ class ChatSpecGuard(BaseChatModel):
             self.profile = cast(ModelProfile, profile(self.draft or DEFAULT_DRAFT,
                                                       self.model or DEFAULT_TARGET, engine))
         return self
+
+    @property
+    def loading(self) -> LoadOptions:
+        """The loader options: `load_options`, else the separate loader fields given."""
+        return load_options(self, "ChatSpecGuard")
 
     @property
     def _llm_type(self) -> str:
@@ -265,7 +276,7 @@ class ChatSpecGuard(BaseChatModel):
             if self._loaded is None:
                 base = base_config(self.config, self.preset, None)
                 self._loaded = load_pair(self.draft or DEFAULT_DRAFT, self.model or DEFAULT_TARGET,
-                                         base, loader_kwargs(self))
+                                         base, self.loading, self.engine_config)
             return self._loaded
 
     def get_engine(self) -> SpecGuardEngine:
@@ -283,13 +294,13 @@ class ChatSpecGuard(BaseChatModel):
         if self._tokenizer is None:
             from specguard_core.models.loading import local_tokenizer
 
-            ref = self.model or DEFAULT_TARGET
-            refs = tokenizer_refs(ref, self.draft or DEFAULT_DRAFT, self.target_tokenizer,
-                                  self.target_model)
+            ref, load = self.model or DEFAULT_TARGET, self.loading
+            refs = tokenizer_refs(ref, self.draft or DEFAULT_DRAFT, load.target_tokenizer,
+                                  load.target_model)
             for i, name in enumerate(refs):
                 try:  # files on disk only: never a request to the hub, not even a lookup
-                    self._tokenizer = local_tokenizer(name, revision=self.revision,
-                                                      trust_remote_code=self.trust_remote_code)
+                    self._tokenizer = local_tokenizer(name, revision=load.revision,
+                                                      trust_remote_code=load.trust_remote_code)
                     break
                 except (OSError, ValueError) as err:
                     if i == len(refs) - 1:

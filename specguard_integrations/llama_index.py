@@ -69,6 +69,7 @@ except ImportError as err:  # pragma: no cover - depends on the environment
 
 from specguard_core.config import EngineConfig, SpecGuardConfig, override_names
 from specguard_core.engine.aio import iterate_in_thread
+from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.text.chat import check_template_kwargs
 from specguard_core.types import GenerationResult, StepRecord
@@ -79,9 +80,10 @@ from specguard_integrations.common import (
     check_config_choice,
     check_placement,
     knob_overrides,
+    load_options,
     load_pair,
-    loader_kwargs,
     request_config,
+    served_target,
 )
 from specguard_integrations.common import context_window as local_context_window
 from specguard_integrations.llama_index_convert import (
@@ -171,7 +173,10 @@ class SpecGuardLLM(FunctionCallingLLM):
     max_steps: int | None = Field(default=None, ge=1)
     logprobs: bool = Field(default=False, description="put each answer token's log-probability "
                            "(under the model that wrote it) in ChatResponse.logprobs (chat only)")
-    # loader options (used only when SpecGuardLLM loads the pair itself)
+    # loader options (used only when SpecGuardLLM loads the pair itself): all in one, or apart
+    load_options: LoadOptions | None = Field(
+        default=None, exclude=True, description="every loader option as one LoadOptions "
+        "(instead of the separate fields below)")
     device: str = Field(default="auto", description="device for lazy loading")
     dtype: str = Field(default="auto", description="dtype for lazy loading")
     draft_device: str | None = Field(default=None, description="device of the draft only")
@@ -210,7 +215,8 @@ class SpecGuardLLM(FunctionCallingLLM):
         if isinstance(data, dict) and "model" in data:
             data = {**data, "target": data.pop("model")}
         valid = {n for n in cls.model_fields if n != "overrides"}
-        return check_arguments("SpecGuardLLM", data, valid | {"engine", "model"})
+        data = check_arguments("SpecGuardLLM", data, valid | {"engine", "model"})
+        return served_target("SpecGuardLLM", data, "target")
 
     def __init__(self, engine: SpecGuardEngine | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -224,7 +230,7 @@ class SpecGuardLLM(FunctionCallingLLM):
         self._config(engine, {})  # bad option names or values fail here
         check_template_kwargs(self.chat_template_kwargs)
         if engine is None:
-            check_placement("SpecGuardLLM", loader_kwargs(self), self.target)
+            check_placement("SpecGuardLLM", self.loading, self.target)
 
     @classmethod
     def class_name(cls) -> str:
@@ -238,8 +244,13 @@ class SpecGuardLLM(FunctionCallingLLM):
                 if self._engine is None:
                     base = base_config(self.config, self.preset, None)
                     self._engine = load_pair(str(self.draft), str(self.target), base,
-                                             loader_kwargs(self))
+                                             self.loading, self.engine_config)
         return self._engine
+
+    @property
+    def loading(self) -> LoadOptions:
+        """The loader options: `load_options`, else the separate loader fields given."""
+        return load_options(self, "SpecGuardLLM")
 
     @property
     def max_new_tokens(self) -> int | None:
@@ -259,8 +270,9 @@ class SpecGuardLLM(FunctionCallingLLM):
         if engine is not None:
             window, name = engine.context_window, engine.model_name
         else:
-            windows = [w for w in (local_context_window(str(self.draft), self.revision),
-                                   local_context_window(str(self.target), self.revision)) if w]
+            revision = self.loading.revision
+            windows = [w for w in (local_context_window(str(self.draft), revision),
+                                   local_context_window(str(self.target), revision)) if w]
             window, name = min(windows, default=None), f"specguard:{self.draft}+{self.target}"
         return LLMMetadata(
             context_window=self.context_window or window or DEFAULT_CONTEXT_WINDOW,

@@ -19,6 +19,7 @@ PACKAGES = ("specguard", "specguard_core", "specguard_bench", "specguard_integra
 # Lower number = lower layer; a module may import its own layer or lower ones only.
 CORE_LAYERS = {
     "specguard_core.config": 0, "specguard_core.types": 0, "specguard_core.verifiers": 0,
+    "specguard_core.flags": 0,  # command-line flags from pydantic fields (argparse, pydantic)
     # the folders' own __init__ modules import nothing
     "specguard_core.text": 0, "specguard_core.concurrency": 0, "specguard_core.cache": 0,
     "specguard_core.remote": 0, "specguard_core.engine.verify": 0,

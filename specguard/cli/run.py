@@ -10,11 +10,17 @@ import argparse
 from typing import Any
 
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, parse_sets, preset
+from specguard_core.flags import ModelFlags
+from specguard_core.models.options import LoadFlags, LoadOptions
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
-from specguard_core.remote.load import add_target_flags, target_flags
 from specguard_core.types import GenerationResult, StepRecord
 
-_DTYPES = ["auto", "bfloat16", "float16", "float32"]
+LOAD_FLAGS = LoadFlags(defaults={"dtype": "bfloat16"})  # `specguard run` and `specguard serve`
+# the SpecGuardConfig fields with a flag of their own (any field: --set KEY=VALUE)
+CONFIG_FLAGS = ModelFlags(SpecGuardConfig, fields=("max_new_tokens", "verifier", "bounds"),
+                          types={"bounds": str}, metavars={"bounds": "PATH", "max_new_tokens": "N"},
+                          default_help=dict.fromkeys(("max_new_tokens", "verifier", "bounds"),
+                                                     "the preset's"))
 
 
 def add_run_parser(sub: Any) -> None:
@@ -22,92 +28,35 @@ def add_run_parser(sub: Any) -> None:
     p.add_argument("question", help="the question (sent as one user message)")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model (default %(default)s)")
     p.add_argument("--target", default=DEFAULT_TARGET, help="target model (default %(default)s)")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="balanced")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
-    p.add_argument("--dtype", default="bfloat16", choices=_DTYPES)
-    add_loader_flags(p)
-    add_remote_flags(p)
-    p.add_argument("--bounds", help="normaliser bounds JSON from `specguard calibrate`")
-    p.add_argument("--verifier", help="'auto' (default: the card shipped for the draft, else "
-                   "'paper'), 'paper', or a verifier card JSON from `specguard verifier-train` "
-                   "(with a card r is the probe's P(step correct))")
-    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--preset", choices=sorted(PRESETS), default="balanced",
+                   help="the configuration (default %(default)s; docs/configuration.md)")
     p.add_argument("--system", help="optional system message")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override, repeatable (k=4, tau=0.6, temperature=0)")
+    config = p.add_argument_group("configuration (over the preset)")
+    CONFIG_FLAGS.add(config)
+    config.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="any SpecGuardConfig field, repeatable (k=4, tau=0.6, "
+                        "temperature=0); a flag above wins over --set")
+    add_load_flags(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON instead")
     p.set_defaults(func=cmd_run)
 
 
-def add_loader_flags(p: argparse.ArgumentParser) -> None:
-    """Loader options passed through to transformers' `from_pretrained` for both models, and the
-    per-model device/dtype overrides."""
-    g = p.add_argument_group("loading")
-    g.add_argument("--draft-device", help="device of the draft only (overrides --device)")
-    g.add_argument("--target-device", help="device of the target only (overrides --device)")
-    g.add_argument("--draft-dtype", choices=_DTYPES, help="dtype of the draft only (overrides "
-                   "--dtype)")
-    g.add_argument("--target-dtype", choices=_DTYPES, help="dtype of the target only "
-                   "(overrides --dtype)")
-    g.add_argument("--device-map", help='transformers device_map, e.g. "auto" (needs accelerate)')
-    g.add_argument("--max-memory", metavar="JSON",
-                   help='per-device memory cap with --device-map, e.g. \'{"0": "20GiB"}\'')
-    g.add_argument("--revision", help="model revision (branch, tag or commit) for hub ids")
-    g.add_argument("--trust-remote-code", action="store_true",
-                   help="let transformers run Python code shipped in the model folders (off by "
-                        "default: such a model is refused)")
-    g.add_argument("--quantize", choices=["4bit", "8bit"],
-                   help="load both models quantized with bitsandbytes (CUDA)")
+def add_load_flags(p: argparse.ArgumentParser) -> None:
+    """The loading flags (`LoadOptions`' fields), a target on a vLLM server's among them."""
+    LOAD_FLAGS.add_groups(p, "remote target (a model on a vLLM server; docs/serving.md)")
 
 
-def add_remote_flags(p: argparse.ArgumentParser) -> None:
-    """A target on a vLLM server instead of an in-process one (see README, "Remote target")."""
-    add_target_flags(p.add_argument_group("remote target (a model on a vLLM server)"),
-                     "the target's OpenAI-compatible API, e.g. http://HOST:8000/v1 (replaces "
-                     "--target; the draft still runs here)")
-
-
-def remote_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    """(the target: --target-url or --target, the remote keywords for `from_pretrained`); a
-    remote flag without --target-url is a ValueError that says so."""
-    options = target_flags(args)
-    return (args.target, {}) if options is None else (args.target_url, options)
-
-
-def loader_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The loading flags as `SpecGuardEngine.from_pretrained` keywords; bad values are a
-    ValueError that names the flag."""
-    import json
-
-    max_memory = None
-    if args.max_memory:
-        try:
-            raw = json.loads(args.max_memory)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"--max-memory must be a JSON object: {err}") from None
-        if not isinstance(raw, dict):
-            raise ValueError('--max-memory must be a JSON object like {"0": "20GiB"}')
-        max_memory = {int(k) if str(k).isdigit() else k: v for k, v in raw.items()}
-    quantization = None
-    if args.quantize:
-        from transformers import BitsAndBytesConfig
-
-        quantization = BitsAndBytesConfig(load_in_4bit=args.quantize == "4bit",
-                                          load_in_8bit=args.quantize == "8bit")
-    return {"device_map": args.device_map, "max_memory": max_memory, "revision": args.revision,
-            "trust_remote_code": bool(args.trust_remote_code),
-            "quantization_config": quantization, "draft_device": args.draft_device,
-            "target_device": args.target_device, "draft_dtype": args.draft_dtype,
-            "target_dtype": args.target_dtype}
+def load_options(args: argparse.Namespace) -> LoadOptions:
+    """The loading flags as `LoadOptions`; a bad value is a ValueError naming its flag."""
+    return LOAD_FLAGS.parse(args)
 
 
 def _config(args: argparse.Namespace) -> SpecGuardConfig:
     overrides: dict[str, Any] = parse_sets(args.sets)
-    if args.bounds:
-        overrides["bounds"] = NormBounds.load(args.bounds)
-    if args.verifier:
-        overrides["verifier"] = args.verifier
-    return preset(args.preset, max_new_tokens=args.max_new_tokens, **overrides)
+    flags = CONFIG_FLAGS.given(args)
+    if "bounds" in flags:
+        flags["bounds"] = NormBounds.load(flags["bounds"])
+    return preset(args.preset, **{**overrides, **flags})
 
 
 def _print_step(console: Any, step: StepRecord) -> None:
@@ -161,12 +110,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
         normalise_messages(args.question)
     normalise_messages(messages)
-    device = resolve_device(args.device)
-    target, remote = remote_options(args)
-    options = loader_options(args)
+    load = load_options(args)
+    resolve_device(load.device)
+    target = load.target_url or args.target
     with console.status(f"loading {args.draft} and {target} ..."):
-        engine = SpecGuardEngine.from_pretrained(args.draft, target, device=device,
-                                                 dtype=args.dtype, config=cfg, **options, **remote)
+        engine = SpecGuardEngine.from_pretrained(args.draft, args.target, config=cfg, load=load)
     stream = engine.stream(messages)
     for step in stream:
         if not args.json:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specguard.cli.run import add_loader_flags, add_remote_flags, loader_options, remote_options
+from specguard.cli.run import add_load_flags, load_options
 from specguard.serve.extension import Limits
 from specguard_core.config import (
     DEFAULT_PRESET,
@@ -46,11 +46,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--bounds", help="normaliser bounds JSON from `specguard calibrate`")
     p.add_argument("--max-new-tokens", type=int, default=512,
                    help="default when a request sets no max_tokens (default %(default)s)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
-    p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16",
-                                                           "float32"])
-    add_loader_flags(p)
-    add_remote_flags(p)
+    add_load_flags(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s; "
                    "use 0.0.0.0 only with --api-key)")
     p.add_argument("--port", type=int, default=8000, help="default %(default)s")
@@ -172,8 +168,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: `specguard serve` needs FastAPI and uvicorn ({err.name} is missing); "
               "install them with: pip install -e '.[serve]' (from a checkout)", file=sys.stderr)
         return 2
-    target, remote = remote_options(args)
-    target_name = remote.get("target_model") or target
+    load = load_options(args)  # a bad loading flag fails before the port is taken
+    target = load.target_url or args.target
+    target_name = load.target_model or target
     batching = _batching(args)
     if args.max_batch_rows is not None and not batching:
         print("error: --max-batch-rows bounds batched forwards, and batching is off (see the "
@@ -204,7 +201,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
                              f"specguard:{args.draft}+{target_name}", limits=limits,
                              allowed_hosts=tuple(args.allowed_host),
                              allowed_origins=tuple(args.allowed_origin))
-    options = loader_options(args)  # a bad --max-memory fails before the port is taken
     sock = bind(args.host, args.port)
     if args.host not in _LOOPBACK and not settings.api_key:
         print(f"warning: listening on {args.host} without --api-key: anyone who can reach this "
@@ -215,10 +211,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         with Console(stderr=True).status(f"loading {args.draft} and {target} ..."):
-            engine = SpecGuardEngine.from_pretrained(args.draft, target, device=args.device,
-                                                     dtype=args.dtype, config=cfg,
-                                                     engine_config=engine_config, **options,
-                                                     **remote)
+            engine = SpecGuardEngine.from_pretrained(args.draft, args.target, config=cfg,
+                                                     engine_config=engine_config, load=load)
     except BaseException:
         sock.close()
         raise

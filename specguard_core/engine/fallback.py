@@ -80,7 +80,7 @@ def regenerate(draft: ModelHandle, target: Target, req: Request, proposal: Propo
         target.extend(req.target, prior_ids)
     cfg = req.cfg
     sample = cfg.fallback == "sample"
-    k = cfg.fallback_k if sample else 1
+    k = cfg.fallback_samples if sample else 1
     spec = SampleSpec(k, cfg.temperature if sample else 0.0, cfg.top_p,
                       max(1, req.budget(req.target)), req.rules, None,
                       hidden=k > 1 and selector.mode == "hidden", shaping=Shaping.of(cfg),

@@ -34,6 +34,7 @@ from specguard_core.engine.stream import GenerationStream
 from specguard_core.engine.verify.signals import percentile_bounds
 from specguard_core.engine.verify.verifier import Verdict
 from specguard_core.models.loading import check_pair, check_vocab
+from specguard_core.models.options import LoadOptions
 from specguard_core.remote.target import check_served_target
 from specguard_core.text.chat import (
     InputError,
@@ -88,26 +89,35 @@ class SpecGuardEngine:
         self.judge = Judge(self.draft, self.target, same_vocab)
 
     @classmethod
-    def from_pretrained(cls, draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
+    def from_pretrained(cls, draft: str, target: str, *, load: LoadOptions | None = None,
+                        config: SpecGuardConfig | None = None,
+                        engine_config: EngineConfig | None = None, preset: str | None = None,
+                        progress: bool = True, **options: Any) -> SpecGuardEngine:
         """Load both models (hub ids, local folders, `.gguf` files, or cached names from
-        `specguard models fetch`). Keywords: device, dtype, device_map, max_memory, revision,
-        trust_remote_code (False unless given), quantization_config, config, engine_config,
-        preset, progress (see `specguard_core.models.loading.load_model`).
+        `specguard models fetch`) as `load` says (`LoadOptions`: device, dtype, per-model
+        overrides, device_map, max_memory, revision, trust_remote_code, quantization, a served
+        target's options); `options` are `LoadOptions` fields given as keywords, over `load`'s.
+        `config` (or `preset`) is the engine's default request config; `progress` prints a line
+        per model as it loads. Every option is checked before anything loads (a ValueError naming
+        it).
 
-        A `target` URL (`http://HOST:PORT/v1`) is a model on a vLLM server: the draft loads here,
-        the target is reached over HTTP (keywords `target_model`, `target_tokenizer`,
+        A `target` URL (`http://HOST:PORT/v1`, or `load.target_url`) is a model on a vLLM server:
+        the draft loads here, the target is reached over HTTP (`target_model`, `target_tokenizer`,
         `target_timeout`, `target_api_key`, `target_top_logprobs`; see
         `specguard_core.remote.load`)."""
         from specguard_core.models.loading import load_engine
-        from specguard_core.remote.load import REMOTE_OPTIONS, is_url, load_remote_engine
+        from specguard_core.remote.load import is_url, load_remote_engine
 
-        remote = {k: v for k in REMOTE_OPTIONS if (v := kwargs.pop(k, None)) is not None}
+        opts = (load or LoadOptions()).merged(**options)
+        if opts.target_url and is_url(target) and target != opts.target_url:
+            raise ValueError(f"target={target!r} and target_url={opts.target_url!r} name two "
+                             "served targets; pass one")
+        target = opts.target_url or target
+        common: dict[str, Any] = dict(config=config, engine_config=engine_config, preset=preset,
+                                      progress=progress)
         if is_url(target):
-            return load_remote_engine(cls, draft, target, **remote, **kwargs)
-        if remote:
-            raise ValueError(f"{', '.join(sorted(remote))} applies to a target served over HTTP; "
-                             f"pass target='http://HOST:PORT/v1' (got target={target!r})")
-        return load_engine(cls, draft, target, **kwargs)
+            return load_remote_engine(cls, draft, target, load=opts, **common)
+        return load_engine(cls, draft, target, load=opts, **common)
 
     @property
     def same_vocab(self) -> bool:

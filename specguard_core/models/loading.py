@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from safetensors import SafetensorError
 
 from specguard_core.config import EngineConfig, SpecGuardConfig, default_config
 from specguard_core.config import preset as make_preset
+from specguard_core.models.options import LoadOptions, check_device, check_dtype
 
 
 class ModelLoadError(OSError):
@@ -38,11 +39,8 @@ def _resolve(ref: str) -> str:
 
 
 def _dtype(dtype: str | torch.dtype) -> torch.dtype | str:
-    if isinstance(dtype, torch.dtype) or dtype == "auto":
-        return dtype
-    if not isinstance(getattr(torch, str(dtype), None), torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
-    resolved: torch.dtype = getattr(torch, str(dtype))
+    name = check_dtype(dtype)
+    resolved: torch.dtype | str = name if name == "auto" else getattr(torch, name)
     return resolved
 
 
@@ -52,11 +50,7 @@ def resolve_device(device: str) -> str:
     to pass instead."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        hint = " (did you mean cuda?)" if str(device).lower().startswith("gpu") else ""
-        raise ValueError(f"unknown device {device!r}{hint}; use auto, cpu, cuda or cuda:N") from None
+    dev = torch.device(check_device(device))
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r} needs a CUDA GPU, but torch {torch.__version__} "
@@ -202,45 +196,38 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
     return model, tokenizer
 
 
-def load_engine(cls: Any, draft: str, target: str, *, device: str = "auto",
-                dtype: str | torch.dtype = "auto", draft_device: str | None = None,
-                target_device: str | None = None, draft_dtype: str | torch.dtype | None = None,
-                target_dtype: str | torch.dtype | None = None, device_map: Any = None,
-                max_memory: dict[Any, Any] | None = None, revision: str | None = None,
-                trust_remote_code: bool = False, quantization_config: Any = None,
+def load_engine(cls: Any, draft: str, target: str, *, load: LoadOptions | None = None,
                 config: SpecGuardConfig | None = None, engine_config: EngineConfig | None = None,
-                preset: str | None = None, progress: bool = True) -> Any:
-    """Both models with the same loader options (see `load_model`), except that `draft_device` /
-    `target_device` and `draft_dtype` / `target_dtype` override `device` / `dtype` for one model
-    (e.g. a float32 draft on the CPU beside a bfloat16 target on the GPU). Every device and dtype
-    is checked before either model loads; a bad one is a ValueError naming the option."""
+                preset: str | None = None, progress: bool = True, **options: Any) -> Any:
+    """Both models with the same loader options (`load`, with `options`: `LoadOptions` fields
+    given as keywords, over it), except that `draft_device` / `target_device` and `draft_dtype` /
+    `target_dtype` override `device` / `dtype` for one model (e.g. a float32 draft on the CPU
+    beside a bfloat16 target on the GPU). Every option is checked before either model loads; a
+    bad one is a ValueError naming it."""
+    opts = (load or LoadOptions()).merged(**options)
     cfg = config or (make_preset(preset) if preset else default_config())
-    placement = {role: per_model(role, device, dtype, own_device, own_dtype)
-                 for role, own_device, own_dtype in (("draft", draft_device, draft_dtype),
-                                                     ("target", target_device, target_dtype))}
-    options: dict[str, Any] = dict(
-        device_map=device_map, max_memory=max_memory, revision=revision,
-        trust_remote_code=trust_remote_code, quantization_config=quantization_config,
-        progress=progress)
-    d_model, d_tok = load_model(draft, **placement["draft"], **options)
-    t_model, t_tok = load_model(target, **placement["target"], **options)
+    if served := sorted(set(opts.served()) - {"target_url"}):
+        raise ValueError(f"{', '.join(served)} applies to a target served over HTTP; pass "
+                         f"target='http://HOST:PORT/v1' (got target={target!r})")
+    kwargs = {role: model_options(opts, role, progress) for role in ("draft", "target")}
+    d_model, d_tok = load_model(draft, **kwargs["draft"])
+    t_model, t_tok = load_model(target, **kwargs["target"])
     return cls(d_model, d_tok, t_model, t_tok, config=cfg, engine_config=engine_config,
                name=f"specguard:{Path(draft).name}+{Path(target).name}")
 
 
-def per_model(role: str, device: str, dtype: str | torch.dtype, own_device: str | None,
-              own_dtype: str | torch.dtype | None) -> dict[str, Any]:
-    """`{"device": ..., "dtype": ...}` for the `role` model: its own option where given, else the
-    shared one; both checked now (ValueError naming `<role>_device` / `<role>_dtype` when the
-    model's own option is the bad one)."""
-    chosen_device = device if own_device is None else own_device
-    chosen_dtype = dtype if own_dtype is None else own_dtype
-    for name, own, check in (("device", own_device, lambda: resolve_device(chosen_device)),
-                             ("dtype", own_dtype, lambda: _dtype(chosen_dtype))):
-        try:
-            check()
-        except ValueError as err:
-            if own is None:
-                raise
-            raise ValueError(f"{role}_{name}={own!r}: {err}") from None
-    return {"device": chosen_device, "dtype": chosen_dtype}
+def model_options(load: LoadOptions, role: Literal["draft", "target"], progress: bool = True
+                  ) -> dict[str, Any]:
+    """`load_model`'s keywords for the `role` model, its device checked on this machine now
+    (ValueError naming `<role>_device` when the model's own option is the bad one)."""
+    placement = load.placement(role)
+    try:
+        resolve_device(placement["device"])
+    except ValueError as err:
+        own = getattr(load, f"{role}_device")
+        if own is None:
+            raise
+        raise ValueError(f"{role}_device={own!r}: {err}") from None
+    return {**placement, "device_map": load.device_map, "max_memory": load.max_memory,
+            "revision": load.revision, "trust_remote_code": load.trust_remote_code,
+            "quantization_config": load.quantization(), "progress": progress}

@@ -52,8 +52,8 @@ def check_served_target(cfg: SpecGuardConfig) -> None:
         raise InputError("repetition_penalty needs the target's raw logits, which a served target "
                          "does not return (its passes give log-probabilities); leave it at 1 or "
                          "use an in-process target")
-    if cfg.fallback == "sample" and cfg.fallback_k > 1 and cfg.selector == "hidden":
-        raise InputError(f"fallback_k={cfg.fallback_k} samples from a served target carry no "
+    if cfg.fallback == "sample" and cfg.fallback_samples > 1 and cfg.selector == "hidden":
+        raise InputError(f"fallback_k={cfg.fallback_samples} samples from a served target carry no "
                          "hidden states for the selector to compare; use fallback='speculative' "
                          "or 'greedy', fallback_k=1, or selector='sentence-transformer'")
 

@@ -103,7 +103,8 @@ def test_loader_flags_reach_the_loader(pair_dirs: tuple[Path, Path],
 
     def spy(draft: str, target: str, **kwargs: object) -> SpecGuardEngine:
         seen.append(kwargs)
-        return real(draft, target, **{**kwargs, "device_map": None, "max_memory": None})
+        load = kwargs["load"].merged(device_map=None, max_memory=None)
+        return real(draft, target, **{**kwargs, "load": load})
 
     monkeypatch.setattr(SpecGuardEngine, "from_pretrained", spy)
     draft, target = pair_dirs
@@ -113,11 +114,10 @@ def test_loader_flags_reach_the_loader(pair_dirs: tuple[Path, Path],
                  "--revision", "main"]) == 0
     assert main(base) == 0
     flagged, default = seen
-    assert {k: flagged[k] for k in ("device_map", "max_memory", "revision",
-                                    "trust_remote_code")} == {
-        "device_map": "cpu", "max_memory": {"cpu": "4GiB"}, "revision": "main",
-        "trust_remote_code": False}
-    assert default["trust_remote_code"] is False and default["quantization_config"] is None
+    flagged, default = flagged["load"], default["load"]
+    assert (flagged.device_map, flagged.max_memory, flagged.revision,
+            flagged.trust_remote_code) == ("cpu", {"cpu": "4GiB"}, "main", False)
+    assert default.trust_remote_code is False and default.quantization() is None
 
 
 def test_per_model_dtype_flags(pair_dirs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch,
@@ -142,7 +142,7 @@ def test_per_model_dtype_flags(pair_dirs: tuple[Path, Path], monkeypatch: pytest
     assert main(["run", "Hi", "--draft", str(draft), "--target", str(target),
                  "--draft-device", "gpu"]) == 2
     err = capsys.readouterr().err
-    assert "draft_device='gpu': unknown device 'gpu' (did you mean cuda?)" in err
+    assert "--draft-device 'gpu': unknown device 'gpu' (did you mean cuda?)" in err
     assert "Traceback" not in err and len(engines) == 1  # refused before loading
 
 
@@ -187,3 +187,29 @@ def test_a_whitespace_step_prints_a_dim_end_mark_not_markup(
     out = capsys.readouterr().out
     assert "Hello [bold]there[/bold]." in out  # model text is never read as markup
     assert "(end)" in out and "[dim]" not in out and "[/]" not in out
+
+
+def test_config_flags_win_over_set_and_unset_ones_keep_the_preset(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from specguard_core import SpecGuardConfig, SpecGuardEngine
+
+    configs: list[Any] = []
+
+    def fake(cls: type, draft: str, target: str, **kwargs: Any) -> Any:
+        configs.append(kwargs["config"])
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained", classmethod(fake))
+    assert main(["run", "Hi", "--preset", "paper", "--set", "max_new_tokens=7"]) == 2
+    assert main(["run", "Hi", "--preset", "paper", "--set", "max_new_tokens=7",
+                 "--max-new-tokens", "9", "--verifier", "auto"]) == 2
+    (from_set, from_flags) = configs
+    assert (from_set.max_new_tokens, from_set.verifier) == (7, "paper")  # the preset's verifier
+    assert (from_flags.max_new_tokens, from_flags.verifier) == (9, "auto")
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in ("max_new_tokens", "verifier"):  # the field's description is the help
+        description = SpecGuardConfig.model_fields[name].description or ""
+        assert f"--{name.replace('_', '-')}" in text and " ".join(description.split()) in text

@@ -53,5 +53,7 @@ def test_serve_passes_the_remote_flags(monkeypatch: pytest.MonkeyPatch,
     argv = ["serve", "--draft", "d", "--target-url", "http://10.0.0.5:8000/v1", "--target-model",
             "big", "--target-api-key", "secret", "--port", str(free_port())]
     assert main(argv) == 2 and "stop here" in capsys.readouterr().err
-    assert (seen["draft"], seen["target"]) == ("d", "http://10.0.0.5:8000/v1")
-    assert (seen["target_model"], seen["target_api_key"]) == ("big", "secret")
+    load = seen["load"]
+    assert (seen["draft"], load.target_url) == ("d", "http://10.0.0.5:8000/v1")
+    assert load.served() == {"target_url": "http://10.0.0.5:8000/v1", "target_model": "big",
+                             "target_api_key": "secret"}

@@ -153,3 +153,32 @@ def test_variants_and_balanced_configs() -> None:
     # an override of tau alone is the two-way rule at that tau
     two_way = specguard_config(base, "specguard-balanced", {"balanced.tau": 0.6}, max_new_tokens=50)
     assert two_way.thresholds == (0.6, 0.6) and two_way.route == "score"
+
+
+def test_loading_flags_reach_the_pair_and_the_runs_fingerprint(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from specguard_bench import engines
+    from specguard_bench.store import RUN
+
+    seen: list[engines.PairSettings] = []
+
+    def stop(settings: engines.PairSettings, served: object = None) -> None:
+        seen.append(settings)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(engines, "load_engine", stop)
+    out = tmp_path / "run"
+    argv = ["bench", "--n", "1", "--methods", "target", "--no-warmup", "--no-progress",
+            "--out", str(out), "--device", "cpu", "--revision", "v9", "--draft-dtype",
+            "float32"]
+    assert main(argv) == 2 and "stop here" in capsys.readouterr().err
+    (settings,) = seen
+    assert (settings.device, settings.dtype) == ("cpu", "bfloat16")  # the bench's default dtype
+    assert (settings.load.revision, settings.load.draft_dtype) == ("v9", "float32")
+    run = json.loads((out / RUN).read_text())
+    assert run["load"] == {"draft_dtype": "float32", "revision": "v9"}
+    # a loader option of real models does not apply to random-weight ones
+    assert main(["bench", "--synthetic", "--revision", "v9", "--out", str(tmp_path / "s")]) == 2
+    assert "--revision load real models; --synthetic builds random-weight ones" in \
+        capsys.readouterr().err

@@ -9,6 +9,7 @@ import pytest
 
 from specguard_core.config import (
     EXPERIMENTAL,
+    PRESETS,
     EngineConfig,
     ExperimentalConfig,
     NormBounds,
@@ -63,3 +64,19 @@ def test_experimental_knobs_keep_their_old_names_as_aliases() -> None:
 def test_a_tau_override_is_the_two_way_rule() -> None:
     cfg = preset("balanced").merged(tau=0.5)
     assert cfg.route == "score" and cfg.thresholds == (0.5, 0.5)
+
+
+def test_fallback_k_follows_k_unless_set() -> None:
+    assert SpecGuardConfig(k=5).fallback_k is None and SpecGuardConfig(k=5).fallback_samples == 5
+    assert SpecGuardConfig(k=5).merged(k=3).fallback_samples == 3  # still unset: follows k
+    pinned = SpecGuardConfig(k=5, fallback_k=2)
+    assert pinned.merged(k=7).fallback_samples == 2
+    assert parse_sets(["fallback_k=3"]) == {"fallback_k": 3}
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_the_presets_keep_their_own_fallback_k(name: str) -> None:
+    """Every preset sets fallback_k, so its samples do not move with a changed k."""
+    own = PRESETS[name]["fallback_k"]
+    assert preset(name).fallback_samples == own
+    assert preset(name, k=8, temperature=0.7).fallback_samples == own

@@ -111,7 +111,8 @@ def test_construction_is_cheap_and_the_pair_loads_once(monkeypatch: pytest.Monke
                           temperature=0)
     assert loads == []
     assert all(m.content for m in model.batch(["Hello", "Hey", "Hi"]))
-    assert [(d, t, kw["dtype"]) for d, t, kw in loads] == [("org/draft", "org/target", "float32")]
+    assert [(d, t, kw["load"].dtype) for d, t, kw in loads] == [("org/draft", "org/target",
+                                                               "float32")]
     default = ChatSpecGuard()
     assert (default.model, default.draft) == ("Qwen/Qwen2.5-Coder-1.5B-Instruct",
                                               "Qwen/Qwen2.5-Coder-0.5B-Instruct")

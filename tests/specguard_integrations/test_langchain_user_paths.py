@@ -17,7 +17,7 @@ from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from pydantic import BaseModel
 
-from specguard_core import SpecGuardConfig, SpecGuardEngine
+from specguard_core import LoadOptions, SpecGuardConfig, SpecGuardEngine
 from specguard_core.testing import scripted_engine
 from specguard_integrations.langchain import ChatSpecGuard
 from tests.fixtures import record_stream_configs
@@ -168,13 +168,38 @@ def test_draft_target_and_loader_options_reach_the_loader(monkeypatch: pytest.Mo
     model.invoke("Hello")
     ((draft, target, kwargs),) = seen
     assert (draft, target) == ("org/d", "org/t")
-    assert {k: kwargs[k] for k in ("device_map", "max_memory", "revision", "dtype",
-                                   "trust_remote_code", "draft_dtype", "draft_device",
-                                   "target_dtype", "target_device")} == {
+    load = kwargs["load"]
+    assert {k: getattr(load, k) for k in ("device_map", "max_memory", "revision", "dtype",
+                                          "trust_remote_code", "draft_dtype", "draft_device",
+                                          "target_dtype", "target_device")} == {
         "device_map": "auto", "max_memory": {0: "10GiB"}, "revision": "main",
         "dtype": "bfloat16", "trust_remote_code": False, "draft_dtype": "float32",
         "draft_device": "cpu", "target_dtype": None, "target_device": None}
     assert kwargs["config"].k == 16  # the preset
+    # the same options as one LoadOptions reach the loader the same way
+    seen.clear()
+    ChatSpecGuard(draft="org/d", target="org/t", preset="paper",
+                  load_options=LoadOptions(device_map="auto", max_memory={0: "10GiB"},
+                                           revision="main", dtype="bfloat16",
+                                           draft_dtype="float32", draft_device="cpu")
+                  ).invoke("Hello")
+    assert seen[0][2]["load"] == load
+
+
+def test_load_options_is_one_way_and_names_a_served_target(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    with pytest.raises(ValueError, match=re.escape("got load_options= and ['revision']; pass "
+                                                   "the loader options one way")):
+        ChatSpecGuard(draft="org/d", target="org/t", revision="v1",
+                      load_options=LoadOptions(dtype="float32"))
+    with pytest.raises(ValueError, match=re.escape("unknown dtype 'bf16'; use auto")):
+        ChatSpecGuard(draft="org/d", target="org/t", load_options={"target_dtype": "bf16"})
+    url = "http://127.0.0.1:9/v1"
+    served = ChatSpecGuard(draft="org/d", load_options=LoadOptions(target_url=url,
+                                                                   target_model="big"))
+    assert served.model == url and served.loading.target_model == "big"
+    with pytest.raises(ValueError, match="name the target once"):
+        ChatSpecGuard(draft="org/d", target="org/t", load_options=LoadOptions(target_url=url))
 
 
 @pytest.mark.parametrize(("option", "needle"), [

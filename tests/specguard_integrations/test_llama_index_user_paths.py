@@ -18,7 +18,7 @@ from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent, LLMCompletionEndEvent
 
-from specguard_core import SpecGuardConfig, SpecGuardEngine
+from specguard_core import LoadOptions, SpecGuardConfig, SpecGuardEngine
 from specguard_core.testing import scripted_engine
 from specguard_integrations.llama_index import SpecGuardLLM
 from tests.fixtures import record_stream_configs
@@ -179,6 +179,7 @@ def test_loader_options_reach_the_loader(monkeypatch: pytest.MonkeyPatch) -> Non
     assert seen == []
     assert llm.complete("Hello").text == "Hi."
     (kw,) = seen
+    kw = {**kw, **{k: getattr(kw["load"], k) for k in LoadOptions.model_fields}}
     assert {k: kw[k] for k in ("draft", "target", "device_map", "revision", "quantization_config",
                                "trust_remote_code", "target_dtype", "draft_device")} == {
         "draft": "org/d", "target": "org/t", "device_map": "auto", "revision": "v1",
@@ -186,6 +187,16 @@ def test_loader_options_reach_the_loader(monkeypatch: pytest.MonkeyPatch) -> Non
         "target_dtype": "bfloat16", "draft_device": "cpu"}
     with pytest.raises(ValueError, match=re.escape("draft_dtype='fp32': unknown dtype")):
         SpecGuardLLM(draft="org/d", target="org/t", draft_dtype="fp32")
+    one = SpecGuardLLM(draft="org/d", target="org/t", load_options=LoadOptions(
+        device_map="auto", revision="v1", quantization_config={"load_in_4bit": True},
+        trust_remote_code=True, target_dtype="bfloat16", draft_device="cpu"))
+    assert one.complete("Hello").text == "Hi."
+    assert seen[1]["load"] == kw["load"]  # the same options, given as one LoadOptions
+    with pytest.raises(ValueError, match=re.escape("got load_options= and ['device_map']")):
+        SpecGuardLLM(draft="org/d", target="org/t", device_map="auto",
+                     load_options=LoadOptions())
+    served = SpecGuardLLM(draft="org/d", load_options=LoadOptions(target_url="http://h:1/v1"))
+    assert served.target == "http://h:1/v1"
 
 
 def test_step_traces_use_the_one_schema() -> None:

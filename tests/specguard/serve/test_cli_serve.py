@@ -101,10 +101,11 @@ def test_serve_runs_with_its_flags(monkeypatch: pytest.MonkeyPatch) -> None:
             servers[0].should_exit = True
         thread.join(timeout=15)
     assert result == [0]
-    assert (seen["draft"], seen["target"], seen["device"]) == ("d", "t", "cpu")
+    load = seen["load"]
+    assert (seen["draft"], seen["target"], load.device) == ("d", "t", "cpu")
     assert (seen["config"].k, seen["config"].temperature) == (1, 0.0)
     # the loader flags `specguard run` has, per-model device/dtype included
-    assert (seen["target_dtype"], seen["draft_device"], seen["draft_dtype"], seen["revision"]) == (
+    assert (load.target_dtype, load.draft_device, load.draft_dtype, load.revision) == (
         "bfloat16", "cpu", None, "v1")
 
 

@@ -278,3 +278,13 @@ def test_a_draft_run_ends_on_the_product_of_its_probabilities(knobs: dict[str, f
     toks, probs, rows, lps = _draft_run(_SureDraft(), SimpleNamespace(ids=[1, 2]), 16, req)  # type: ignore[arg-type]
     assert toks == [5] * run and len(lps) == run
     assert all(abs(lp - math.log(0.9)) < 1e-5 for lp in lps if lp is not None)
+
+
+def test_the_sampled_fallback_draws_k_samples_when_fallback_k_is_unset(
+        tiny_pair_on: tuple[Any, Any, Any, Any]) -> None:
+    eng = SpecGuardEngine(*tiny_pair_on, config=SpecGuardConfig(**dict(GREEDY, k=1)))
+    for k, fallback_k, samples in ((3, None, 3), (3, 2, 2)):
+        result = eng.generate(QUESTION, tau=math.inf, fallback="sample", k=k, temperature=0.8,
+                              fallback_k=fallback_k)
+        regenerated = [s for s in result.steps if s.path == "regenerated"]
+        assert regenerated and all(s.n_candidates == samples for s in regenerated)

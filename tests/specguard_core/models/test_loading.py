@@ -12,6 +12,7 @@ import torch
 
 from specguard_core import SpecGuardEngine
 from specguard_core.models import loading
+from specguard_core.models.options import LoadOptions
 
 
 def test_a_float32_draft_beside_a_bfloat16_target_loads_and_runs(pair_dirs: tuple[Path, Path]
@@ -69,3 +70,52 @@ def test_a_draft_on_the_cpu_beside_a_target_on_the_gpu(pair_dirs: tuple[Path, Pa
                                  repetition_penalty=1.2, tau=math.inf, fallback=fallback,
                                  fallback_k=2, max_new_tokens=12, max_step_tokens=4)
         assert result.usage.completion_tokens == 12
+
+
+def test_load_options_and_keywords_load_the_same_way(pair_dirs: tuple[Path, Path]) -> None:
+    draft, target = pair_dirs
+    load = LoadOptions(device="cpu", dtype="bfloat16", draft_dtype="float32")
+    engine = SpecGuardEngine.from_pretrained(str(draft), str(target), load=load, progress=False)
+    assert (engine.draft.model.dtype, engine.target.model.dtype) == (torch.float32,
+                                                                    torch.bfloat16)
+    # keywords are LoadOptions fields over `load`'s
+    flipped = SpecGuardEngine.from_pretrained(str(draft), str(target), load=load,
+                                              dtype="float32", draft_dtype="bfloat16",
+                                              progress=False)
+    assert (flipped.draft.model.dtype, flipped.target.model.dtype) == (torch.bfloat16,
+                                                                      torch.float32)
+
+
+def test_an_unknown_keyword_or_two_targets_are_clear_errors(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    from specguard_core.remote import load as remote_load
+
+    with pytest.raises(ValueError, match=r"unknown loader option 'devcie'; valid: \['device'"):
+        SpecGuardEngine.from_pretrained("d", "t", devcie="cpu")
+    with pytest.raises(ValueError, match="target_model applies to a target served over HTTP"):
+        SpecGuardEngine.from_pretrained("d", "t", load=LoadOptions(target_model="m"))
+    with pytest.raises(ValueError, match="name two served targets"):
+        SpecGuardEngine.from_pretrained("d", "http://a:1/v1",
+                                        load=LoadOptions(target_url="http://b:1/v1"))
+    seen: list[tuple[str, LoadOptions]] = []
+    monkeypatch.setattr(remote_load, "load_remote_engine",
+                        lambda cls, draft, url, *, load, **kw: seen.append((url, load)))
+    SpecGuardEngine.from_pretrained("d", "t", load=LoadOptions(target_url="http://b:1/v1"),
+                                    target_model="m")
+    ((url, load),) = seen
+    assert url == "http://b:1/v1" and load.served() == {"target_url": url, "target_model": "m"}
+
+
+def test_load_options_validate_and_tell_their_model_options() -> None:
+    load = LoadOptions(dtype=torch.bfloat16, max_memory={"0": "2GiB", "cpu": "8GiB"},
+                       target_device="cpu", quantize="8bit")
+    assert load.dtype == "bfloat16" and load.max_memory == {0: "2GiB", "cpu": "8GiB"}
+    assert load.placement("target") == {"device": "cpu", "dtype": "bfloat16"}
+    assert load.placement("draft") == {"device": "auto", "dtype": "bfloat16"}
+    assert load.quantization().load_in_8bit
+    with pytest.raises(ValueError, match=r"^target_url='x:1': 'x:1' is not a URL"):
+        LoadOptions.of(target_url="x:1")
+    with pytest.raises(ValueError, match="^pass quantize or quantization_config, not both$"):
+        LoadOptions.of(quantize="4bit", quantization_config={"load_in_4bit": True})
+    with pytest.raises(ValueError, match="unknown dtype torch.float64; use auto"):
+        LoadOptions(dtype=torch.float64)
