@@ -77,7 +77,7 @@ class BenchSettings(PairSettings):
         The values of the presets and variants the run's methods use are part of it, so a method
         is never resumed across a change of its preset; other presets and variants are not (see
         `store.check_resume`: a run can gain methods)."""
-        used = {preset_of(m) for m in self.methods} - {None}
+        used = {name for m in self.methods if (name := preset_of(m)) is not None}
         variants = {name: VARIANTS[name] for name in sorted(used & set(VARIANTS))}
         presets = ({name for name in used if name in PRESETS}
                    | {base for base, _ in variants.values()}
