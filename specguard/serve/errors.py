@@ -81,7 +81,8 @@ _QUOTED = re.compile(r"(?<!\w)(?:'(?:[^'\\\n]|\\.)*(?:'|$)|\"(?:[^\"\\\n]|\\.)*(
 _FREE_TEXT = re.compile(r"^(.*?(?:has an invalid JSON schema|the chat template cannot render "
                         r"this conversation))\b.*$", re.S)
 _FIELDS = (("tool_choice", "tool_choice"), ("chat_template_kwargs", "chat_template_kwargs"),
-           ("tool", "tools"), ("message", "messages"), ("the prompt", "messages"))
+           ("tool", "tools"), ("two tools", "tools"), ("message", "messages"),
+           ("the prompt", "messages"), ("the chat template", "messages"))
 
 
 def client_strings(value: Any, shortest: int = 6) -> frozenset[str]:
