@@ -121,8 +121,8 @@ def test_a_wrong_method_is_an_openai_error(base: str) -> None:
     {"messages": [{"role": MARK, "content": "hi"}]},
     {"messages": [{"role": "user", "content": [{"type": MARK}]}]},
     {"messages": [{"role": "user", "content": [{"type": "text", "text": 1, "k": MARK}]}]},
-    {"tools": [WEATHER, WEATHER | {"function": {**WEATHER["function"], "name": MARK}},
-               WEATHER | {"function": {**WEATHER["function"], "name": MARK}}]},
+    {"tools": [WEATHER, {"type": "function", "function": {"name": MARK}},
+               {"type": "function", "function": {"name": MARK}}]},
     {"tools": [{"type": "function", "function": {"name": MARK, "parameters": {"type": 5}}}]},
     {"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"a": {"type": MARK}}}}}]},
