@@ -27,7 +27,7 @@ from specguard.serve.protocol import (
     StreamOptions,
 )
 from specguard.serve.slots import APIError
-from specguard.serve.untrusted import redact
+from specguard.serve.untrusted import redact, safe_name
 from specguard_core.config import EXPERIMENTAL, EngineConfig, SpecGuardConfig
 from specguard_core.remote.http import RemoteTargetError
 from specguard_core.text.chat import InputError
@@ -38,7 +38,7 @@ log = logging.getLogger("specguard.serve")
 def validation_message(err: ValidationError) -> tuple[str, str | None]:
     """The first problem, naming the field and the rule, never the value sent."""
     first = err.errors()[0]
-    loc = [str(p)[:64] for p in first.get("loc", ())]
+    loc = [safe_name(p) for p in first.get("loc", ())]
     param = ".".join(loc) or None
     if loc[:1] == ["specguard"] and len(loc) > 1:
         return _extension_message(loc, first.get("type")) or f"{param}: {first.get('msg')}", \

@@ -4,6 +4,7 @@ endpoints this server lacks are OpenAI error JSON, and error messages never repe
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,3 +147,17 @@ def test_error_messages_do_not_name_the_served_models(engine: SpecGuardEngine) -
         err = error_of(post_chat(url, messages=[{"role": "user", "content": long}]), 400)
     assert "context window" in err["message"] and "the model's context window" in err["message"]
     assert "scripted-target" not in err["message"] and "scripted-draft" not in err["message"]
+
+
+@pytest.mark.parametrize("body", [
+    {"metadata": {MARK: 5}},  # a value of the wrong type under a client's key
+    {MARK: 1},  # an unknown field
+    {"metadata": {MARK: "\ud800"}},  # a lone surrogate under a client's key
+])
+def test_validation_errors_do_not_repeat_client_keys(base: str, body: dict[str, Any]) -> None:
+    r = httpx.post(f"{base}/v1/chat/completions", timeout=30, headers={
+        "Content-Type": "application/json"}, content=json.dumps(
+            {"model": "specguard-scripted", "messages": [{"role": "user", "content": "hi"}],
+             **body}).encode())
+    err = error_of(r, 400)
+    assert "marker" not in err["message"] and "marker" not in (err["param"] or ""), err
