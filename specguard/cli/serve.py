@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from specguard.cli.run import add_load_flags, load_options
+from specguard.cli.serve_flags import add_browser_flags, add_stream_flags
 from specguard.serve.extension import Limits
+from specguard.serve.settings import LOOPBACK
 from specguard_core.config import (
     DEFAULT_PRESET,
     PRESETS,
@@ -30,7 +32,6 @@ from specguard_core.config import (
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 API_KEY_ENV = "SPECGUARD_API_KEY"
-_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -60,9 +61,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a Host name to answer besides 127.0.0.1, localhost and ::1, repeatable "
                    "(with --api-key and none given, any Host is answered)")
-    p.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
-                   help="a browser origin (scheme://host:port) allowed to call, repeatable "
-                   "(default: none but the server's own)")
+    add_browser_flags(p)
     p.add_argument("--max-k", type=positive_int, default=Limits().max_k, metavar="N",
                    help="the largest k and fallback_k a request may ask for (default "
                    "%(default)s; each candidate holds a KV cache)")
@@ -91,6 +90,7 @@ def add_serve_parser(sub: Any) -> None:
                    f"{EngineConfig().max_active_requests}, when batching; 1 without)")
     p.add_argument("--max-queue", type=int, default=16,
                    help="requests waiting for a slot; more get 503 (default %(default)s)")
+    add_stream_flags(p)
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=cmd_serve)
@@ -195,14 +195,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: --verifier-dir {args.verifier_dir} is not a folder; give the folder of "
               "the verifier cards requests may name", file=sys.stderr)
         return 2
-    settings = ServeSettings(api_key=api_key, max_concurrent=concurrent,
-                             max_queue=args.max_queue,
-                             model_name=args.served_model_name or
-                             f"specguard:{args.draft}+{target_name}", limits=limits,
-                             allowed_hosts=tuple(args.allowed_host),
-                             allowed_origins=tuple(args.allowed_origin))
+    try:
+        settings = ServeSettings(
+            api_key=api_key, max_concurrent=concurrent, max_queue=args.max_queue,
+            model_name=args.served_model_name or f"specguard:{args.draft}+{target_name}",
+            limits=limits, allowed_hosts=tuple(args.allowed_host),
+            allowed_origins=(*args.allowed_origins, *args.allowed_origin),
+            allowed_methods=tuple(args.allowed_methods),
+            allowed_headers=tuple(args.allowed_headers),
+            allow_credentials=args.allow_credentials, sse_keepalive_s=args.sse_keepalive,
+            max_stream_buffer_bytes=args.max_stream_buffer_bytes)
+    except ValueError as err:
+        print(f"error: {err} (--allowed-origins, --api-key, --allow-credentials, "
+              "--sse-keepalive)", file=sys.stderr)
+        return 2
     sock = bind(args.host, args.port)
-    if args.host not in _LOOPBACK and not settings.api_key:
+    if args.host not in LOOPBACK and not settings.api_key:
         print(f"warning: listening on {args.host} without --api-key: anyone who can reach this "
               "port can use the models", file=sys.stderr)
     from rich.console import Console

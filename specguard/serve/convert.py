@@ -1,6 +1,7 @@
-"""OpenAI requests -> engine inputs; engine steps and results -> OpenAI responses and stream chunks.
+"""OpenAI requests -> engine inputs; engine results -> OpenAI responses (stream chunks:
+`chunks.py`).
 
-Pure functions and one small translator class, no I/O: `app.py` does the HTTP. Every response and
+Pure functions, no I/O: `generation.py` does the HTTP. Every response and
 chunk carries the SpecGuard trace in a `specguard` extension field (`StepRecord.trace()` per step,
 `GenerationResult.trace()` per run), which OpenAI clients ignore and keep in `model_extra`.
 """
@@ -18,13 +19,11 @@ from pydantic import ValidationError
 
 from specguard.serve.extension import Limits, validation_text
 from specguard.serve.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
-from specguard.serve.untrusted import encodable
 from specguard_core.config import SpecGuardConfig
 from specguard_core.text.chat import content_text
-from specguard_core.text.steps import StepRules, strip_markers
 from specguard_core.types import FinishReason, GenerationResult, StepRecord, ToolCall
 
-_RULES = StepRules()
+
 # ---- requests -> engine inputs ---------------------------------------------------------------
 def engine_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """OpenAI chat messages as the engine's message dicts (text content, tool calls kept). A
@@ -134,8 +133,8 @@ def chat_response(result: GenerationResult, rid: str, model: str,
         message["tool_calls"] = [openai_tool_call(c) for c in calls]
     elif not result.text:
         message["content"] = ""
-    if result.reasoning:
-        message["reasoning_content"] = result.reasoning
+    if result.reasoning:  # vLLM's two names: `reasoning` now, `reasoning_content` before
+        message["reasoning"] = message["reasoning_content"] = result.reasoning
     return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": openai_finish(result.finish_reason)}],
@@ -161,113 +160,3 @@ def merge_choices(bodies: Sequence[dict[str, Any]], results: Sequence[Generation
     out["usage"] = usage(results)
     out["specguard"] = {"choices": [b["specguard"] for b in bodies]}
     return out
-
-
-# ---- engine steps -> stream chunks -----------------------------------------------------------
-class StepDeltas:
-    """Turns one run's committed steps into deltas whose concatenation equals the final answer:
-    the answer is rebuilt as the result builds it (answer steps, cut at the first stop string,
-    stripped) and only its settled part is sent, i.e. trailing whitespace and a tail that could
-    still become a stop string are held back until the next step or `flush`. Reasoning goes to
-    `reasoning_content`; verified tool calls are numbered in order."""
-
-    def __init__(self, stops: Sequence[str], one_call: bool = False) -> None:
-        self.stops = tuple(s for s in stops if s)
-        self.one_call = one_call  # parallel_tool_calls=false: only the first verified call
-        self.steps: list[tuple[str, str]] = []  # (kind, text) of every committed step
-        self.sent, self.n_calls = "", 0
-
-    @property
-    def raw(self) -> str:
-        return "".join(text for _, text in self.steps)
-
-    def _stop_at(self, raw: str) -> int | None:
-        hits = [raw.find(s) for s in self.stops if s in raw]
-        return min(hits) if hits else None
-
-    def _settled_end(self, raw: str) -> int:
-        """End of the text no later step can change: the first stop, else before a tail that is
-        the start of a stop string."""
-        stop = self._stop_at(raw)
-        if stop is not None:
-            return stop
-        tail = max((n for s in self.stops for n in range(1, len(s)) if raw.endswith(s[:n])),
-                   default=0)
-        return len(raw) - tail
-
-    def _answer(self, end: int) -> str:
-        out, pos = [], 0
-        for kind, text in self.steps:
-            if kind == "answer":
-                out.append(text[:max(0, end - pos)])
-            pos += len(text)
-        return "".join(out).strip()
-
-    def _send(self, text: str) -> dict[str, Any]:
-        if not text.startswith(self.sent):  # cannot happen: settled text only grows
-            return {}
-        new, self.sent = text[len(self.sent):], text
-        return {"content": new} if new else {}
-
-    def delta(self, step: StepRecord) -> dict[str, Any]:
-        before = self.raw
-        self.steps.append((step.kind, step.text))
-        if step.kind == "reasoning":
-            full = before + step.text
-            cut = self._stop_at(full)
-            visible = full[len(before):] if cut is None else full[len(before):max(cut, len(before))]
-            reasoning = strip_markers(visible, _RULES)
-            return {"reasoning_content": reasoning} if reasoning else {}
-        if step.kind == "tool_call":
-            call = step.tool_call
-            if call is None or not call.valid:
-                return {}  # listed in the final chunk's specguard.run.invalid_tool_calls
-            if self.one_call and self.n_calls:
-                return {}
-            self.n_calls += 1
-            return {"tool_calls": [{"index": self.n_calls - 1, **openai_tool_call(call)}]}
-        raw = self.raw
-        return self._send(self._answer(self._settled_end(raw)))
-
-    def flush(self, final_text: str) -> dict[str, Any]:
-        """The rest of the answer once the run is over (`GenerationResult.text`)."""
-        return self._send(final_text)
-
-
-def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any],
-               finish: str | None = None, trace: dict[str, Any] | None = None,
-               include_usage: bool = False, index: int = 0) -> dict[str, Any]:
-    chunk: dict[str, Any] = {
-        "id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-    if include_usage:
-        chunk["usage"] = None
-    if trace is not None:
-        chunk["specguard"] = trace
-    return chunk
-
-
-def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None = None,
-                     trace: dict[str, Any] | None = None,
-                     include_usage: bool = False, index: int = 0) -> dict[str, Any]:
-    chunk: dict[str, Any] = {
-        "id": rid, "object": "text_completion", "created": created, "model": model,
-        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]}
-    if include_usage:
-        chunk["usage"] = None
-    if trace is not None:
-        chunk["specguard"] = trace
-    return chunk
-
-
-def usage_chunk(rid: str, model: str, created: int, obj: str,
-                result: GenerationResult | Sequence[GenerationResult]) -> dict[str, Any]:
-    """The extra last chunk of `stream_options.include_usage`: no choices, the runs' usage."""
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
-            "usage": usage(result)}
-
-
-def sse(data: dict[str, Any] | str) -> str:
-    """One server-sent event, encodable to UTF-8 whatever the model wrote (`encodable`)."""
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    return f"data: {encodable(text)}\n\n"

@@ -1,17 +1,33 @@
 """How the server words its errors: a validation error names the field and the rule, never the
 value sent; a failed generation's details (paths, internal model names, a target URL's
-credentials) go to the log, not to the client."""
+credentials) go to the log, not to the client.
+
+The engine's input errors are written for a library's caller and quote what they refuse (a tool's
+name, a role, a tool_choice, a template's error); `client_safe` rewords one for a remote client:
+every quoted value that is not a word of the API becomes "(not repeated)", the free text after
+a JSON-schema or chat-template error is cut, and a message that still holds a string the client
+sent (or a served model's name) becomes a generic one naming the field.
+"""
 
 from __future__ import annotations
 
+import ast
 import logging
+import re
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
 
-from specguard.serve.extension import SpecGuardExtension
+from specguard.serve.extension import ExperimentalKnobs, SpecGuardExtension
+from specguard.serve.protocol import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    StreamOptions,
+)
 from specguard.serve.slots import APIError
-from specguard.serve.untrusted import redact
+from specguard.serve.untrusted import redact, safe_name
 from specguard_core.config import EXPERIMENTAL, EngineConfig, SpecGuardConfig
 from specguard_core.remote.http import RemoteTargetError
 from specguard_core.text.chat import InputError
@@ -22,7 +38,7 @@ log = logging.getLogger("specguard.serve")
 def validation_message(err: ValidationError) -> tuple[str, str | None]:
     """The first problem, naming the field and the rule, never the value sent."""
     first = err.errors()[0]
-    loc = [str(p)[:64] for p in first.get("loc", ())]
+    loc = [safe_name(p) for p in first.get("loc", ())]
     param = ".".join(loc) or None
     if loc[:1] == ["specguard"] and len(loc) > 1:
         return _extension_message(loc, first.get("type")) or f"{param}: {first.get('msg')}", \
@@ -46,11 +62,94 @@ def _extension_message(loc: list[str], kind: Any) -> str | None:
     return f"{where} is not a SpecGuard knob; a request may set {sorted(SpecGuardExtension.model_fields)}"
 
 
-def failure(err: Exception) -> APIError:
-    """A failed generation as the client sees it: bad input a 400 with its message; a served
-    target's failure a 502, anything else a 500, both without details (they are logged)."""
+# the words of the API (its field names, the values its messages quote in their hints): not a
+# client's own text
+VOCABULARY = frozenset({
+    "type", "function", "name", "arguments", "text", "content", "role", "system", "user",
+    "assistant", "tool", "tools", "messages", "developer", "auto", "none", "required", "object",
+    "string", "integer", "number", "boolean", "array", "null", "properties", "parameters",
+    "description", "image_url", "input_audio", "file", "enable_thinking", "target", "draft",
+    "paper", "greedy", "sample", "speculative", "sentence-transformer", "utf-8", "...", "strict",
+    "items", "enum", "additionalProperties", "json_schema", "json_object", "schema", "tool_calls",
+    "tool_call_id", "refusal",
+}) | frozenset(name for model in (ChatCompletionRequest, CompletionRequest, ChatMessage,
+                                  StreamOptions, SpecGuardExtension, ExperimentalKnobs)
+               for name in model.model_fields)
+HIDDEN = "(not repeated)"
+# a quoted repr (a str's, not an apostrophe), or one cut short at the end
+_QUOTED = re.compile(r"(?<!\w)(?:'(?:[^'\\\n]|\\.)*(?:'|$)|\"(?:[^\"\\\n]|\\.)*(?:\"|$))")
+_FREE_TEXT = re.compile(r"^(.*?(?:has an invalid JSON schema|the chat template cannot render "
+                        r"this conversation))\b.*$", re.S)
+_FIELDS = (("tool_choice", "tool_choice"), ("chat_template_kwargs", "chat_template_kwargs"),
+           ("tool", "tools"), ("two tools", "tools"), ("message", "messages"),
+           ("the prompt", "messages"), ("the chat template", "messages"))
+
+
+def client_strings(value: Any, shortest: int = 6) -> frozenset[str]:
+    """The strings (keys too) of a decoded request body that could identify what a client sent:
+    at least `shortest` characters and not a word of the API."""
+    out: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if len(item) >= shortest and item not in VOCABULARY:
+                out.add(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return frozenset(out)
+
+
+def _unquoted(match: re.Match[str]) -> str:
+    try:
+        value = ast.literal_eval(match.group(0))
+    except (ValueError, SyntaxError):
+        return HIDDEN
+    return match.group(0) if value in VOCABULARY else HIDDEN
+
+
+def field_of(message: str) -> str | None:
+    """The request field an engine's input error is about, from its first words."""
+    return next((param for prefix, param in _FIELDS if message.startswith(prefix)), None)
+
+
+def _holds(message: str, text: str) -> bool:
+    """`text` occurs in `message`, not as a part of a longer word."""
+    start = message.find(text)
+    while start >= 0:
+        end = start + len(text)
+        if not (start and message[start - 1].isalnum() or end < len(message) and
+                message[end].isalnum()):
+            return True
+        start = message.find(text, start + 1)
+    return False
+
+
+def client_safe(message: str, sent: Iterable[str] = (), hidden: Iterable[str] = ()) -> str:
+    """`message` (an engine's input error) worded for a remote client: no value it quotes, no
+    string in `sent` (what the client sent: `client_strings`), each name in `hidden` (the served
+    models') as "the model"."""
+    if cut := _FREE_TEXT.match(message):
+        message = f"{cut.group(1)}; fix it (the details are not repeated)"
+    for name in hidden:
+        message = message.replace(name, "the model") if name else message
+    message = _QUOTED.sub(_unquoted, message)
+    if any(_holds(message, s) for s in sent):
+        field = field_of(message) or "the request"
+        return (f"the engine's input checks refused {field} (their message would repeat text "
+                f"sent, so it is not shown); check {field} against the API's format")
+    return message
+
+
+def failure(err: Exception, sent: Iterable[str] = (), hidden: Iterable[str] = ()) -> APIError:
+    """A failed generation as the client sees it: bad input a 400 with its message (worded by
+    `client_safe`); a served target's failure a 502, anything else a 500, both without details
+    (they are logged)."""
     if isinstance(err, InputError):
-        return APIError(400, str(err))
+        return APIError(400, client_safe(str(err), sent, hidden), param=field_of(str(err)))
     if isinstance(err, RemoteTargetError):
         log.error("the target model's server failed: %s", redact(str(err)))
         return APIError(502, "generation failed: the target model's server could not be used "

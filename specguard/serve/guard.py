@@ -1,13 +1,15 @@
-"""`Guard`: what every HTTP request must pass before any routing or parsing (a pure ASGI
-middleware, answering in OpenAI's error JSON).
+"""What every HTTP request must pass before any routing or parsing (pure ASGI middlewares,
+answering in OpenAI's error JSON). `create_app` stacks them: `Guard`, then Starlette's
+`CORSMiddleware` (for the allowed origins), then `BodyGuard`, so the body's errors carry CORS
+headers a page can read.
 
-- The Host allow-list (400): without an API key only loopback names are answered, so a web page
-  cannot reach a local server through a DNS name it rebinds to 127.0.0.1.
-- A foreign `Origin` (403): a browser page of another origin is refused even where it could send
-  a request without a CORS preflight.
-- POST bodies: `application/json` only (415; a page's form or `text/plain` post is not one), and
-  at most `max_body_bytes` (413), checked on Content-Length and again while reading, before the
-  body is parsed. The body read here is handed on to the app.
+- `Guard`: the Host allow-list (400): without an API key only loopback names are answered, so a
+  web page cannot reach a local server through a DNS name it rebinds to 127.0.0.1. A foreign
+  `Origin` (403), a CORS preflight included: a browser page of an origin neither the server's own
+  nor allowed is refused even where it could send a request without a preflight.
+- `BodyGuard`: POST bodies `application/json` only (415; a page's form or `text/plain` post is
+  not one), and at most `max_body_bytes` (413), checked on Content-Length and again while
+  reading, before the body is parsed. The body read here is handed on to the app.
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specguard.serve.protocol import error_body
 
-LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-
 
 def host_name(value: str) -> str:
     """The host of a Host header (or an origin's netloc): lower-case, without port or brackets."""
@@ -33,14 +33,12 @@ def host_name(value: str) -> str:
 
 class Guard:
     """`allowed_hosts`: the Host names answered (None: any); `allowed_origins`: origins
-    (`scheme://host[:port]`) allowed besides the server's own; `max_body_bytes`: the largest
-    POST body."""
+    (`scheme://host[:port]`) allowed besides the server's own ("*": any)."""
 
     def __init__(self, app: ASGIApp, *, allowed_hosts: frozenset[str] | None,
-                 allowed_origins: frozenset[str], max_body_bytes: int) -> None:
+                 allowed_origins: frozenset[str]) -> None:
         self.app, self.allowed_hosts = app, allowed_hosts
         self.allowed_origins = frozenset(o.lower().rstrip("/") for o in allowed_origins)
-        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -57,12 +55,28 @@ class Guard:
         origin = headers.get("origin")
         if origin is not None and not self._same_or_allowed(origin, host):
             await _refuse(scope, receive, send, 403, "requests from a web page of another origin "
-                          "are refused (start the server with --allowed-origin ORIGIN to allow "
-                          "one)", "origin_not_allowed")
+                          "are refused (start the server with --allowed-origins ORIGIN,... to "
+                          "allow some)", "origin_not_allowed")
             return
-        if scope["method"] != "POST":
+        await self.app(scope, receive, send)
+
+    def _same_or_allowed(self, origin: str, host: str) -> bool:
+        origin = origin.strip().lower().rstrip("/")
+        return urlsplit(origin).netloc == host.strip().lower() or origin in self.allowed_origins \
+            or "*" in self.allowed_origins
+
+
+class BodyGuard:
+    """POST bodies: JSON only, at most `max_body_bytes`."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        self.app, self.max_body_bytes = app, max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
+        headers = Headers(scope=scope)
         media = headers.get("content-type", "").split(";")[0].strip().lower()
         if media != "application/json":
             await _refuse(scope, receive, send, 415, "send the request body as JSON, with "
@@ -87,10 +101,6 @@ class Guard:
             if not message.get("more_body", False):
                 break
         await self.app(scope, _replay(b"".join(chunks), receive), send)
-
-    def _same_or_allowed(self, origin: str, host: str) -> bool:
-        origin = origin.strip().lower().rstrip("/")
-        return urlsplit(origin).netloc == host.strip().lower() or origin in self.allowed_origins
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         await _refuse(scope, receive, send, 413, f"the request body is over {self.max_body_bytes} "

@@ -18,10 +18,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specguard.serve import checks
 from specguard.serve.extension import MAX_STOPS, Limits, SpecGuardExtension, stops_ok
-from specguard.serve.untrusted import regex_keyword
 
 MAX_N = 16  # choices per request (each is a full engine run)
+
+
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -150,6 +152,8 @@ class ChatCompletionRequest(_Sampling):
     parallel_tool_calls: bool | None = None  # false: only the first verified call comes back
     continue_final_message: bool | None = None  # vLLM's; false (a new assistant turn) only
     response_format: dict[str, Any] | None = None
+    # vLLM's: extra chat-template variables (e.g. Qwen3's {"enable_thinking": false})
+    chat_template_kwargs: Any = None
     max_completion_tokens: int | None = Field(None, ge=1)
     top_logprobs: int | None = None
     functions: list[dict[str, Any]] | None = None
@@ -182,57 +186,11 @@ class ChatCompletionRequest(_Sampling):
         for name in ("audio", "prediction", "reasoning_effort", "web_search_options", "verbosity"):
             if getattr(self, name) is not None:
                 bad.append((name, f"{name} is not supported by this server"))
-        bad.extend(self._tool_choice_problems())
-        bad.extend(self._format_problems())
-        bad.extend(self._regex_problems())
+        bad.extend(checks.tool_choice_problems(self.tool_choice, self.tools))
+        bad.extend(checks.template_problems(self.chat_template_kwargs))
+        bad.extend(checks.format_problems(self.response_format))
+        bad.extend(checks.regex_problems(self.tools, self.response_format))
         return bad
-
-    def _format_problems(self) -> list[tuple[str, str]]:
-        fmt = self.response_format
-        if fmt is None:
-            return []
-        if fmt.get("type") not in ("text", "json_object", "json_schema"):
-            return [("response_format", "response_format.type must be text, json_object or "
-                                        "json_schema")]
-        spec = fmt.get("json_schema")
-        if fmt["type"] == "json_schema" and (not isinstance(spec, dict) or not isinstance(
-                spec.get("schema"), dict) or not isinstance(spec.get("name", ""), str)):
-            return [("response_format", "response_format {'type': 'json_schema'} needs "
-                                        "'json_schema': {'name': '...', 'schema': {...}} (objects)")]
-        return []
-
-    def _regex_problems(self) -> list[tuple[str, str]]:
-        """Regular expressions in client schemas are refused: the engine checks model output
-        against them with Python's `re`, which has no time bound (`^(a+)+$` can take forever)."""
-        schemas: list[tuple[str, Any]] = [
-            (f"tools[{i}]", t.get("function", {}).get("parameters") if isinstance(
-                t.get("function"), dict) else None) for i, t in enumerate(self.tools or [])]
-        if isinstance(self.response_format, dict) and \
-                isinstance(spec := self.response_format.get("json_schema"), dict):
-            schemas.append(("response_format", spec.get("schema")))
-        for where, schema in schemas:
-            if (keyword := regex_keyword(schema)) is not None:
-                param = "tools" if where.startswith("tools") else where
-                return [(param, f"{where} uses the JSON-schema keyword {keyword!r}: this server "
-                                "does not take regular expressions in schemas (matching model "
-                                "output against one has no time bound); describe the format in "
-                                "the description instead")]
-        return []
-
-    def _tool_choice_problems(self) -> list[tuple[str, str]]:
-        choice = self.tool_choice
-        usage = ("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', "
-                 "'function': {'name': ...}}")
-        if isinstance(choice, dict):
-            fn = choice.get("function")
-            if choice.get("type") != "function" or not isinstance(fn, dict) or \
-                    not isinstance(fn.get("name"), str):
-                return [("tool_choice", usage)]
-        elif choice not in (None, "none", "auto", "required"):
-            return [("tool_choice", usage)]
-        if choice not in (None, "none", "auto") and not self.tools:
-            return [("tool_choice", "tool_choice requires tools; pass the tools to choose from")]
-        return []
 
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

@@ -3,9 +3,13 @@ never paced by the reader.
 
 `Relay` runs a request's generation as a task of its own and buffers its events, so a client that
 reads slowly (or stops reading) does not hold its slot while its TCP connection lives: the slot is
-held while the engine works, the rest waits in memory (bounded by the request's token budget)
-until the client reads it or leaves. However the response ends (done, disconnect, an error while
-sending), `EventStream` stops the task and releases the request's place.
+held while the engine works, the rest waits in memory until the client reads it or leaves. The
+unread events of all streams together are bounded (`Buffers`, `--max-stream-buffer-bytes`): past
+the bound, the stream whose reader is furthest behind (the most unread bytes) is ended with an
+error event and `[DONE]`, its unread events dropped. While a stream waits for the engine, an SSE
+comment goes out every `keepalive_s` so proxies keep the connection. However the response ends
+(done, disconnect, an error while sending), `EventStream` stops the task and releases the
+request's place.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from specguard.serve.slots import Lease
 from specguard.serve.untrusted import encodable
 
 Put = Callable[[str], None]
+KEEPALIVE = b": keep-alive\n\n"  # an SSE comment: clients skip it
 
 
 class JSONBody(JSONResponse):
@@ -33,29 +38,97 @@ class JSONBody(JSONResponse):
         return encodable(text).encode("utf-8")
 
 
+class Buffers:
+    """The bound on unread stream events across all streams (`max_bytes`): when a put would pass
+    it, the stream with the most unread bytes (its reader is the furthest behind) is ended."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes, self.total = max_bytes, 0
+        self.relays: set[Relay] = set()
+
+    def add(self, relay: Relay, size: int) -> None:
+        self.relays.add(relay)
+        self.total += size
+        while self.total > self.max_bytes and self.relays:
+            max(self.relays, key=lambda r: r.unread).overflow()
+
+    def remove(self, size: int) -> None:
+        self.total -= size
+
+
 class Relay:
-    """Runs `produce(put)` as a task of its own once iterated, and yields what it puts (SSE
-    events) at the reader's pace; `None` put by the task's end closes the stream."""
+    """Runs `produce(put)` (set before the response starts) as a task of its own once iterated,
+    and yields what it puts (SSE events) at the reader's pace; `None` put by the task's end closes
+    the stream. While the reader waits for the task longer than `keepalive_s` (0: never), an SSE
+    comment goes out, so proxies do not cut a stream whose step takes long. Unread events count
+    against `buffers`; a relay ended by them drops its unread events, stops its task and sends
+    `overflow_event`, then `[DONE]`."""
 
-    def __init__(self, produce: Callable[[Put], Awaitable[None]]) -> None:
-        self._produce = produce
+    def __init__(self, keepalive_s: float, buffers: Buffers, overflow_event: str) -> None:
+        self.keepalive_s, self.buffers, self.overflow_event = keepalive_s, buffers, overflow_event
+        self.produce: Callable[[Put], Awaitable[None]] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.unread, self.ended = 0, False
 
-    async def events(self) -> AsyncIterator[str]:
-        queue: asyncio.Queue[str | None] = asyncio.Queue()
+    def put(self, event: str | None) -> None:
+        if self.ended:
+            return
+        item = None if event is None else event.encode("utf-8")
+        self._queue.put_nowait(item)
+        if item is not None:
+            self.unread += len(item)
+            self.buffers.add(self, len(item))
+
+    def overflow(self) -> None:
+        """End this stream: drop its unread events, stop its task, tell the reader why."""
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._forget()
+        self.cancel()
+        for event in (self.overflow_event.encode("utf-8"), b"data: [DONE]\n\n", None):
+            self._queue.put_nowait(event)
+        self.ended = True
+
+    def _forget(self) -> None:
+        self.buffers.remove(self.unread)
+        self.buffers.relays.discard(self)
+        self.unread = 0
+
+    async def _next(self) -> bytes | None:
+        item = await self._queue.get()
+        if item is not None and not self.ended:
+            self.unread -= len(item)
+            self.buffers.remove(len(item))
+        return item
+
+    async def events(self) -> AsyncIterator[bytes]:
+        produce = self.produce
+        assert produce is not None, "Relay.produce is set before the response starts"
 
         async def run() -> None:
             try:
-                await self._produce(queue.put_nowait)
+                await produce(self.put)
             finally:
-                queue.put_nowait(None)
+                self.put(None)
 
         self._task = asyncio.create_task(run(), name="specguard-serve-stream")
         try:
-            while (item := await queue.get()) is not None:
+            while True:
+                if self.keepalive_s > 0 and self._queue.empty() and self.running:
+                    try:
+                        item = await asyncio.wait_for(self._next(), self.keepalive_s)
+                    except asyncio.TimeoutError:
+                        yield KEEPALIVE
+                        continue
+                else:
+                    item = await self._next()
+                if item is None:
+                    break
                 yield item
         finally:
             self.cancel()
+            self._forget()
 
     def cancel(self) -> None:
         """Stop the task if it still runs (its own cleanup closes the engine's streams and frees

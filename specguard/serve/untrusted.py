@@ -21,10 +21,20 @@ _NAME_MAPS = {"properties", "$defs", "definitions", "dependentSchemas", "depende
               "dependencies"}
 
 
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,\[\]-]{0,63}")  # no spaces, quotes or markup
+
+
+def safe_name(part: str | int) -> str:
+    """A place in a request body as a message may show it: an index or a plain name (letters,
+    digits, `_.,[]-`; at most 64) as is, any other key (a client's text) as "(key)"."""
+    return str(part) if isinstance(part, int) or _NAME.fullmatch(part) else "(key)"
+
+
 def _where(path: tuple[str | int, ...]) -> str:
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else f".{part[:64]}" if out else part[:64]
+        name = safe_name(part)
+        out += f"[{name}]" if isinstance(part, int) else f".{name}" if out else name
     return out or "the request body"
 
 

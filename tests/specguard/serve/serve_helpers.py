@@ -89,12 +89,23 @@ def live_server(app: Any, send_buffer: int | None = None) -> Iterator[str]:
         sock.close()
 
 
-def sse_events(lines: Iterator[str]) -> list[Any]:
+def sse_events(lines: Iterator[str], comments: list[str] | None = None) -> list[Any]:
     """The `data:` payloads of a server-sent event stream, JSON-decoded ("[DONE]" kept as is);
-    checks the framing: every event is one `data: ` line followed by a blank line."""
+    checks the framing: every event is one `data: ` line followed by a blank line, or a comment
+    (`: ...`, collected in `comments` when given) and its blank line."""
     events: list[Any] = []
     pending = None
+    in_comment = False
     for line in lines:
+        if line.startswith(":"):
+            assert pending is None, "a comment inside an event"
+            in_comment = True
+            if comments is not None:
+                comments.append(line)
+            continue
+        if line == "" and in_comment:
+            in_comment = False
+            continue
         if line == "":
             assert pending is not None, "blank line without an event"
             events.append(pending)

@@ -284,11 +284,12 @@ def test_logprobs_of_the_answer_tokens(base: str) -> None:
 
 # ---- errors ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("body", "param", "needle"), [
-    ({"messages": []}, None, "messages is empty"),
-    ({"messages": [{"role": "robot", "content": "hi"}]}, None, "role 'robot'"),
+    ({"messages": []}, "messages", "messages is empty"),
+    ({"messages": [{"role": "robot", "content": "hi"}]}, "messages",
+     "has role (not repeated); use system/user/assistant/tool"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]},
-     None, "invalid JSON schema"),
-    ({"tools": [{"type": "retrieval"}]}, None, "not an OpenAI-style function tool"),
+     "tools", "invalid JSON schema"),
+    ({"tools": [{"type": "retrieval"}]}, "tools", "not an OpenAI-style function tool"),
     ({"n": 0}, "n", "greater than or equal to 1"),
     ({"n": 17}, "n", "less than or equal to 16"),
     ({"top_k": -5}, "top_k", "top_k"),
@@ -303,7 +304,7 @@ def test_logprobs_of_the_answer_tokens(base: str) -> None:
     ({"frobnicate": 1}, "frobnicate", "Unrecognized request argument"),
     ({"tool_choice": "required"}, "tool_choice", "requires tools"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
-     None, "'nope'"),
+     "tool_choice", "names (not repeated), which is not among the tools offered"),
     ({"specguard": {"k": 0}}, "specguard", "k"),
     ({"specguard": {"heterogeneous": True}}, "specguard", "engine setting"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},

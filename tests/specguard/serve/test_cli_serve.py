@@ -203,3 +203,33 @@ def test_the_limits_on_requests_come_from_flags(monkeypatch: pytest.MonkeyPatch,
     assert settings.allowed_origins == ("http://ui.lan",)
     assert main(["serve", "--port", "0", "--verifier-dir", str(tmp_path / "none")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_browser_and_stream_flags(monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("SPECGUARD_API_KEY", raising=False)
+    default = served_settings(monkeypatch, [])
+    assert (default.allowed_origins, default.allowed_methods, default.allowed_headers,
+            default.allow_credentials) == ((), ("GET", "POST"), ("Authorization", "Content-Type"),
+                                           False)
+    assert (default.sse_keepalive_s, default.max_stream_buffer_bytes) == (10.0, 128 << 20)
+    settings = served_settings(monkeypatch, [
+        "--allowed-origins", '["http://a.lan", "http://B.lan/"]', "--allowed-origin",
+        "http://c.lan", "--allowed-methods", "get, post", "--allowed-headers", '["X-Trace"]',
+        "--allow-credentials", "--sse-keepalive", "2.5", "--max-stream-buffer-bytes", "9000"])
+    assert settings.allowed_origins == ("http://a.lan", "http://b.lan", "http://c.lan")
+    assert (settings.allowed_methods, settings.allowed_headers, settings.allow_credentials) == (
+        ("GET", "POST"), ("X-Trace",), True)
+    assert (settings.sse_keepalive_s, settings.max_stream_buffer_bytes) == (2.5, 9000)
+    assert served_settings(monkeypatch, ["--allowed-origins", "*", "--api-key", "k"]
+                           ).allowed_origins == ("*",)
+    # any origin without a key, or with credentials: a one-line error before any model loads
+    for argv in (["--allowed-origins", "*"], ["--allowed-origins", "*", "--api-key", "k",
+                                              "--allow-credentials"],
+                 ["--sse-keepalive", "-1"]):
+        assert main(["serve", "--port", "0", *argv]) == 2
+        said = capsys.readouterr().err
+        assert said.startswith("error: ") and said.count("\n") == 1 and "Traceback" not in said
+    with pytest.raises(SystemExit) as usage:  # not a JSON list of strings
+        main(["serve", "--port", "0", "--allowed-origins", "[1, 2]"])
+    assert usage.value.code == 2

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from specguard.serve import convert
+from specguard.serve import chunks, convert
 from specguard.serve.protocol import ChatCompletionRequest, ChatMessage
 from specguard_core.config import SpecGuardConfig
 from specguard_core.text import formats
@@ -60,12 +60,12 @@ def test_instruction_joins_the_system_message() -> None:
 
 
 def test_deltas_concatenate_to_the_stripped_answer() -> None:
-    deltas = convert.StepDeltas(stops=())
+    deltas = chunks.StepDeltas(stops=())
     texts = ["\n\nHello there.\n\n", "<think>hmm</think>", "Bye.\n\n", "  \n\n"]
     kinds = ["answer", "reasoning", "answer", "answer"]
     out = [deltas.delta(step(t, k)) for t, k in zip(texts, kinds, strict=True)]
     assert out[0] == {"content": "Hello there."}
-    assert out[1] == {"reasoning_content": "hmm"}
+    assert out[1] == {"reasoning": "hmm", "reasoning_content": "hmm"}  # vLLM: new, old name
     assert out[2] == {"content": "\n\nBye."} and out[3] == {}
     assert deltas.flush("Hello there.\n\nBye.") == {}
     content = "".join(d.get("content", "") for d in out)
@@ -73,18 +73,18 @@ def test_deltas_concatenate_to_the_stripped_answer() -> None:
 
 
 def test_deltas_hold_back_a_possible_stop_string_across_steps() -> None:
-    deltas = convert.StepDeltas(stops=("ST", ""))
+    deltas = chunks.StepDeltas(stops=("ST", ""))
     assert deltas.delta(step("one S")) == {"content": "one"}  # "S" may start "ST"
     assert deltas.delta(step("Tay two")) == {}  # it did: nothing after the stop
     assert deltas.flush("one") == {}
-    other = convert.StepDeltas(stops=("ST",))
+    other = chunks.StepDeltas(stops=("ST",))
     assert other.delta(step("one S")) == {"content": "one"}
     assert other.delta(step("ome more S")) == {"content": " Some more"}
     assert other.flush("one Some more S") == {"content": " S"}  # the run ended: S was text
 
 
 def test_tool_call_deltas_number_valid_calls_only() -> None:
-    deltas = convert.StepDeltas(stops=())
+    deltas = chunks.StepDeltas(stops=())
     bad = ToolCall("call_x", "nope", {}, raw="{}", error="unknown tool")
     good = ToolCall("call_1", "f", {"a": 1})
     assert deltas.delta(step("<tool_call>..", "tool_call", bad)) == {}

@@ -1,0 +1,97 @@
+"""The checks of a chat request's structured fields (`ChatCompletionRequest.unsupported`): each
+returns (field, why) pairs, worded with the rule, never the value sent. Pure functions."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from specguard.serve.untrusted import regex_keyword
+from specguard_core.text.chat import _RENDER_ARGS
+
+MAX_TEMPLATE_KWARGS = 16  # chat_template_kwargs: variables per request
+MAX_TEMPLATE_STRING = 1024  # chat_template_kwargs: characters in one string value
+_TEMPLATE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def template_problems(kwargs: Any) -> list[tuple[str, str]]:
+    """chat_template_kwargs is untrusted: a few plainly named variables with scalar values,
+    none of them apply_chat_template's own parameters or a tokenizer's special tokens."""
+    if kwargs is None:
+        return []
+    if not isinstance(kwargs, dict):
+        return [("chat_template_kwargs", "chat_template_kwargs must be an object of template "
+                                         "variables, e.g. {\"enable_thinking\": false}")]
+    rule = (f"chat_template_kwargs takes at most {MAX_TEMPLATE_KWARGS} variables named with "
+            "letters, digits and _ (at most 64 characters; not apply_chat_template's own "
+            "parameters nor a special token's name, *_token or *_tokens), each a JSON scalar "
+            f"(a string of at most {MAX_TEMPLATE_STRING} characters, a finite number, true, "
+            "false or null)")
+    names_ok = len(kwargs) <= MAX_TEMPLATE_KWARGS and all(
+        _TEMPLATE_NAME.fullmatch(k) and k not in _RENDER_ARGS and
+        not k.endswith(("_token", "_tokens")) for k in kwargs)
+    if not names_ok or not all(_scalar(v) for v in kwargs.values()):
+        return [("chat_template_kwargs", rule)]
+    return []
+
+
+def _scalar(value: Any) -> bool:
+    """A JSON scalar within bounds: a short string, a finite number, a bool or null."""
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, str):
+        return len(value) <= MAX_TEMPLATE_STRING
+    if isinstance(value, int):
+        return abs(value) < 2**63
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def format_problems(fmt: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """response_format: a type this server knows, a json_schema with its schema."""
+    if fmt is None:
+        return []
+    if fmt.get("type") not in ("text", "json_object", "json_schema"):
+        return [("response_format", "response_format.type must be text, json_object or "
+                                    "json_schema")]
+    spec = fmt.get("json_schema")
+    if fmt["type"] == "json_schema" and (not isinstance(spec, dict) or not isinstance(
+            spec.get("schema"), dict) or not isinstance(spec.get("name", ""), str)):
+        return [("response_format", "response_format {'type': 'json_schema'} needs "
+                                    "'json_schema': {'name': '...', 'schema': {...}} (objects)")]
+    return []
+
+def regex_problems(tools: list[dict[str, Any]] | None, response_format: dict[str, Any] | None
+                   ) -> list[tuple[str, str]]:
+    """Regular expressions in client schemas are refused: the engine checks model output
+    against them with Python's `re`, which has no time bound (`^(a+)+$` can take forever)."""
+    schemas: list[tuple[str, Any]] = [
+        (f"tools[{i}]", t.get("function", {}).get("parameters") if isinstance(
+            t.get("function"), dict) else None) for i, t in enumerate(tools or [])]
+    if isinstance(response_format, dict) and \
+            isinstance(spec := response_format.get("json_schema"), dict):
+        schemas.append(("response_format", spec.get("schema")))
+    for where, schema in schemas:
+        if (keyword := regex_keyword(schema)) is not None:
+            param = "tools" if where.startswith("tools") else where
+            return [(param, f"{where} uses the JSON-schema keyword {keyword!r}: this server "
+                            "does not take regular expressions in schemas (matching model "
+                            "output against one has no time bound); describe the format in "
+                            "the description instead")]
+    return []
+
+def tool_choice_problems(choice: str | dict[str, Any] | None, tools: list[dict[str, Any]] | None
+                         ) -> list[tuple[str, str]]:
+    """tool_choice: one of OpenAI's forms, and tools to choose from when it asks for one."""
+    usage = ("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', "
+             "'function': {'name': ...}}")
+    if isinstance(choice, dict):
+        fn = choice.get("function")
+        if choice.get("type") != "function" or not isinstance(fn, dict) or \
+                not isinstance(fn.get("name"), str):
+            return [("tool_choice", usage)]
+    elif choice not in (None, "none", "auto", "required"):
+        return [("tool_choice", usage)]
+    if choice not in (None, "none", "auto") and not tools:
+        return [("tool_choice", "tool_choice requires tools; pass the tools to choose from")]
+    return []

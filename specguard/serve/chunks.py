@@ -1,0 +1,125 @@
+"""Engine steps -> OpenAI stream chunks: `StepDeltas` turns committed steps into deltas, the
+chunk builders wrap them, `sse` frames one event. Pure, no I/O."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from specguard.serve.convert import openai_tool_call, usage
+from specguard.serve.untrusted import encodable
+from specguard_core.text.steps import StepRules, strip_markers
+from specguard_core.types import GenerationResult, StepRecord
+
+_RULES = StepRules()
+
+
+class StepDeltas:
+    """Turns one run's committed steps into deltas whose concatenation equals the final answer:
+    the answer is rebuilt as the result builds it (answer steps, cut at the first stop string,
+    stripped) and only its settled part is sent, i.e. trailing whitespace and a tail that could
+    still become a stop string are held back until the next step or `flush`. Reasoning goes to
+    `reasoning` and `reasoning_content` (vLLM's names, now and before); verified tool calls are
+    numbered in order."""
+
+    def __init__(self, stops: Sequence[str], one_call: bool = False) -> None:
+        self.stops = tuple(s for s in stops if s)
+        self.one_call = one_call  # parallel_tool_calls=false: only the first verified call
+        self.steps: list[tuple[str, str]] = []  # (kind, text) of every committed step
+        self.sent, self.n_calls = "", 0
+
+    @property
+    def raw(self) -> str:
+        return "".join(text for _, text in self.steps)
+
+    def _stop_at(self, raw: str) -> int | None:
+        hits = [raw.find(s) for s in self.stops if s in raw]
+        return min(hits) if hits else None
+
+    def _settled_end(self, raw: str) -> int:
+        """End of the text no later step can change: the first stop, else before a tail that is
+        the start of a stop string."""
+        stop = self._stop_at(raw)
+        if stop is not None:
+            return stop
+        tail = max((n for s in self.stops for n in range(1, len(s)) if raw.endswith(s[:n])),
+                   default=0)
+        return len(raw) - tail
+
+    def _answer(self, end: int) -> str:
+        out, pos = [], 0
+        for kind, text in self.steps:
+            if kind == "answer":
+                out.append(text[:max(0, end - pos)])
+            pos += len(text)
+        return "".join(out).strip()
+
+    def _send(self, text: str) -> dict[str, Any]:
+        if not text.startswith(self.sent):  # cannot happen: settled text only grows
+            return {}
+        new, self.sent = text[len(self.sent):], text
+        return {"content": new} if new else {}
+
+    def delta(self, step: StepRecord) -> dict[str, Any]:
+        before = self.raw
+        self.steps.append((step.kind, step.text))
+        if step.kind == "reasoning":
+            full = before + step.text
+            cut = self._stop_at(full)
+            visible = full[len(before):] if cut is None else full[len(before):max(cut, len(before))]
+            reasoning = strip_markers(visible, _RULES)  # vLLM's names, now and before
+            return {"reasoning": reasoning, "reasoning_content": reasoning} if reasoning else {}
+        if step.kind == "tool_call":
+            call = step.tool_call
+            if call is None or not call.valid:
+                return {}  # listed in the final chunk's specguard.run.invalid_tool_calls
+            if self.one_call and self.n_calls:
+                return {}
+            self.n_calls += 1
+            return {"tool_calls": [{"index": self.n_calls - 1, **openai_tool_call(call)}]}
+        raw = self.raw
+        return self._send(self._answer(self._settled_end(raw)))
+
+    def flush(self, final_text: str) -> dict[str, Any]:
+        """The rest of the answer once the run is over (`GenerationResult.text`)."""
+        return self._send(final_text)
+
+
+def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any],
+               finish: str | None = None, trace: dict[str, Any] | None = None,
+               include_usage: bool = False, index: int = 0) -> dict[str, Any]:
+    chunk: dict[str, Any] = {
+        "id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    if include_usage:
+        chunk["usage"] = None
+    if trace is not None:
+        chunk["specguard"] = trace
+    return chunk
+
+
+def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None = None,
+                     trace: dict[str, Any] | None = None,
+                     include_usage: bool = False, index: int = 0) -> dict[str, Any]:
+    chunk: dict[str, Any] = {
+        "id": rid, "object": "text_completion", "created": created, "model": model,
+        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]}
+    if include_usage:
+        chunk["usage"] = None
+    if trace is not None:
+        chunk["specguard"] = trace
+    return chunk
+
+
+def usage_chunk(rid: str, model: str, created: int, obj: str,
+                result: GenerationResult | Sequence[GenerationResult]) -> dict[str, Any]:
+    """The extra last chunk of `stream_options.include_usage`: no choices, the runs' usage."""
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+            "usage": usage(result)}
+
+
+def sse(data: dict[str, Any] | str) -> str:
+    """One server-sent event, encodable to UTF-8 whatever the model wrote (`encodable`)."""
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"data: {encodable(text)}\n\n"

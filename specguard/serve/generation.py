@@ -1,0 +1,188 @@
+"""`Generation`: an admitted request's run through the engine, answered as one JSON body or as SSE.
+
+Admit (503 when `max_concurrent + max_queue` requests are already in), open the engine's streams
+(`engine.stream` checks messages, tools and the context window eagerly, on a worker thread), wait
+for a slot, then iterate the engine's steps on a worker thread of its own (`iterate_in_thread`);
+the event loop only moves bytes. A streamed request's generation runs in a task of its own
+(`streaming.Relay`): the slot is held while the engine works, not while a slow reader drains. A
+client that leaves (mid-stream, or while queued) closes its `GenerationStream` and frees its slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Request
+
+from specguard.serve import chunks, convert
+from specguard.serve.errors import client_safe, failure
+from specguard.serve.intake import sent
+from specguard.serve.metrics import Metrics, outcome_of
+from specguard.serve.protocol import ChatCompletionRequest, CompletionRequest, error_body
+from specguard.serve.settings import ServeSettings
+from specguard.serve.slots import APIError, ClientGone, Lease, Slots
+from specguard.serve.streaming import Buffers, EventStream, JSONBody, Put, Relay
+from specguard_core.config import SpecGuardConfig
+from specguard_core.engine.aio import iterate_in_thread
+from specguard_core.types import GenerationResult
+
+if TYPE_CHECKING:
+    from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
+
+Build = Callable[..., dict[str, Any]]
+OVERFLOW = chunks.sse({"error": {**error_body(
+    "the stream was ended: its client read too slowly and the server's buffer of unread events "
+    "(`specguard serve --max-stream-buffer-bytes`) is full; read the stream as it comes, or ask "
+    "without stream", "server_overloaded")["error"], "code": "stream_buffer_full"}})
+
+
+@dataclass(frozen=True)
+class Call:
+    """One opened request: its endpoint ("chat" or "completions"), the client's request, its
+    lease, when it arrived (`time.monotonic()`) and the response builder."""
+
+    endpoint: str
+    req: ChatCompletionRequest | CompletionRequest
+    lease: Lease
+    arrived: float
+    build: Build
+
+
+class Generation:
+    def __init__(self, engine: SpecGuardEngine, settings: ServeSettings, slots: Slots,
+                 metrics: Metrics, model_name: str) -> None:
+        self.engine, self.settings, self.slots, self.metrics = engine, settings, slots, metrics
+        self.model_name = model_name
+        self.buffers = Buffers(settings.max_stream_buffer_bytes)
+        self.hidden = (engine.draft.name, engine.target.name)  # never told to a client
+
+    def configs(self, req: ChatCompletionRequest | CompletionRequest,
+                request: Request) -> list[SpecGuardConfig]:
+        """One config per choice (`n`), seeds seed, seed+1, ..."""
+        try:
+            return convert.choice_configs(convert.request_config(
+                self.engine.config, req, self.settings.limits), req.choices)
+        except ValueError as err:
+            raise APIError(400, client_safe(str(err), sent(request), self.hidden),
+                           param="specguard" if req.specguard else None) from None
+
+    def with_logprobs(self, result: GenerationResult, rid: str, model: str,
+                      one_call: bool = False) -> dict[str, Any]:
+        body = convert.chat_response(result, rid, model, one_call)
+        body["choices"][0]["logprobs"] = {
+            "content": result.answer_logprobs(self.engine.token_text), "refusal": None}
+        return body
+
+    def failure(self, err: Exception, request: Request) -> APIError:
+        return failure(err, sent(request), self.hidden)
+
+    async def open(self, request: Request, messages: Any, cfgs: list[SpecGuardConfig],
+                   **kwargs: Any) -> Lease:
+        """Admit (one place for all choices), then open the engine's streams: `engine.stream`
+        validates eagerly (tokenises the prompt), on a worker thread, not on the event loop."""
+        self.slots.admit()
+        try:
+            streams = await asyncio.to_thread(
+                lambda: [self.engine.stream(messages, config=cfg, **kwargs) for cfg in cfgs])
+            return Lease(self.slots, streams)
+        except BaseException as err:
+            self.slots.leave()
+            if isinstance(err, Exception):
+                raise self.failure(err, request) from None
+            raise
+
+    async def reply(self, request: Request, call: Call, cfg: SpecGuardConfig, prefix: str,
+                    obj: str) -> Any:
+        """The answer to an opened request: SSE events when it asked to stream, else one body."""
+        rid = convert.new_id(prefix)
+        if not call.req.stream:
+            return await self.respond(request, call, rid)
+        req = call.req
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        one_call = getattr(req, "parallel_tool_calls", None) is False
+        relay = Relay(self.settings.sse_keepalive_s, self.buffers, OVERFLOW)
+        relay.produce = partial(self.produce, request, call, relay, rid, obj, cfg.stop,
+                                include_usage, one_call)
+        return EventStream(relay, call.lease)
+
+    async def run(self, request: Request, stream: GenerationStream) -> None:
+        """Iterate to the end (non-streaming); stops early if the client leaves."""
+        async with self.slots.slot(request):
+            async for step in iterate_in_thread(lambda: stream, stream.close,
+                                                name="specguard-serve"):
+                self.metrics.step(step)
+                if await request.is_disconnected():
+                    raise ClientGone()
+
+    async def respond(self, request: Request, call: Call, rid: str) -> Any:
+        lease = call.lease
+        try:
+            for stream in lease.streams:  # the choices, one run after another
+                await self.run(request, stream)
+        except ClientGone:
+            self.metrics.ended(call.endpoint, "aborted")
+            return JSONBody(error_body("client disconnected", "invalid_request_error"), 499)
+        except Exception as err:  # noqa: BLE001 - answered as OpenAI's error JSON
+            raise self.failure(err, request) from None
+        finally:
+            lease.release()
+        results = [stream.result for stream in lease.streams]
+        self.metrics.finished(call.endpoint, results, time.monotonic() - call.arrived)
+        return JSONBody(convert.merge_choices(
+            [call.build(r, rid, self.model_name) for r in results], results))
+
+    async def produce(self, request: Request, call: Call, relay: Relay, rid: str, obj: str,
+                      stops: tuple[str, ...], include_usage: bool, one_call: bool,
+                      put: Put) -> None:
+        """SSE: per choice (`n`, one run after another, chunks indexed): a role chunk, one chunk
+        per committed step (its trace in `specguard.step`), a final chunk with finish_reason and
+        the run's trace; then the usage chunk if asked, then [DONE]. Runs in its own task; the
+        slot and the request's place are freed as soon as the engine is done."""
+        now, chat, lease, name = int(time.time()), obj == "chat.completion.chunk", call.lease, \
+            self.model_name
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None = None,
+                  trace: dict[str, Any] | None = None) -> str:
+            return chunks.sse(
+                chunks.chat_chunk(rid, name, now, delta, finish, trace, include_usage, index)
+                if chat else
+                chunks.completion_chunk(rid, name, now, delta.get("content", ""), finish,
+                                         trace, include_usage, index))
+
+        try:
+            for index, stream in enumerate(lease.streams):
+                async with self.slots.slot(request):
+                    if chat:
+                        put(chunk(index, {"role": "assistant", "content": ""}))
+                    deltas = chunks.StepDeltas(stops, one_call)
+                    async for step in iterate_in_thread(partial(iter, stream), stream.close,
+                                                        name="specguard-serve"):
+                        self.metrics.step(step)
+                        put(chunk(index, deltas.delta(step), None,
+                                  {"step": convert.step_trace(step)}))
+                    result = stream.result
+                    put(chunk(index, deltas.flush(result.text),
+                              convert.openai_finish(result.finish_reason),
+                              {"run": convert.run_trace(result, steps=False)}))
+            results = [s.result for s in lease.streams]
+            if include_usage:
+                put(chunks.sse(chunks.usage_chunk(rid, name, now, obj, results)))
+            self.metrics.finished(call.endpoint, results, time.monotonic() - call.arrived)
+        except ClientGone:
+            self.metrics.ended(call.endpoint, "aborted")
+            return
+        except asyncio.CancelledError:  # the client left, or the stream's buffer overflowed
+            self.metrics.ended(call.endpoint, "failed" if relay.ended else "aborted")
+            raise
+        except Exception as err:  # noqa: BLE001 - headers are sent: report in-band, as vLLM does
+            api = self.failure(err, request)
+            self.metrics.ended(call.endpoint, outcome_of(api.status))
+            put(chunks.sse({"error": {**api.body["error"], "code": str(api.status)}}))
+        finally:
+            lease.release()
+        put(chunks.sse("[DONE]"))
