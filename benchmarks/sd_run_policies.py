@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,22 @@ class Rule:
             s["thr"] = float(thresholds[int(np.argmin(fpr + 3 * (1 - tpr)))])
 
 
+def draft_run(match: Sequence[bool], pmax: Sequence[float], i: int, stop: int,
+              ends_run: Callable[[list[float]], bool]) -> tuple[list[float], int]:
+    """One draft run from position `i` (never past `stop`): the probabilities of the tokens it
+    drafted, and how many of them lead up to the first one that is not the target's."""
+    probs: list[float] = []
+    kept, ok = 0, True
+    while i + len(probs) < stop:
+        j = i + len(probs)
+        probs.append(pmax[j])
+        ok = ok and bool(match[j])
+        kept += ok
+        if ends_run(probs):
+            break
+    return probs, kept
+
+
 def replay(match: Sequence[bool], pmax: Sequence[float], rule: Rule) -> tuple[int, int, int]:
     """(draft tokens drafted, target passes, drafted tokens the target cut) for greedy
     speculative decoding of one text whose position i has the draft's argmax equal to the
@@ -91,15 +107,7 @@ def replay(match: Sequence[bool], pmax: Sequence[float], rule: Rule) -> tuple[in
     rule.reset()
     n, i, drafted, passes, wasted = len(match), 0, 0, 0, 0
     while i < n:
-        probs: list[float] = []
-        kept, ok = 0, True
-        while i + len(probs) < n:
-            j = i + len(probs)
-            probs.append(pmax[j])
-            ok = ok and bool(match[j])
-            kept += ok
-            if rule.stop(probs):
-                break
+        probs, kept = draft_run(match, pmax, i, n, rule.stop)
         drafted += len(probs)
         passes += 1
         wasted += len(probs) - kept
@@ -121,6 +129,11 @@ class CheckRule:
     run_below: float = 0.0
     fallback: Rule = field(default_factory=lambda: Rule("fallback", run_confidence=0.7))
 
+    def ends_run(self, probs: list[float]) -> bool:
+        """After drafting `probs` (the run so far): judge the run here?"""
+        return len(probs) >= self.check_tokens or draft_doubts(
+            [math.log(p) for p in probs], 0.0, self.run_below)
+
 
 def replay_check(match: Sequence[bool], pmax: Sequence[float], ends: Sequence[int],
                  rule: CheckRule) -> tuple[int, int, int]:
@@ -131,16 +144,7 @@ def replay_check(match: Sequence[bool], pmax: Sequence[float], ends: Sequence[in
         i, stop = start, end + 1
         start = stop
         while i < stop:
-            probs: list[float] = []
-            kept, ok = 0, True
-            while i + len(probs) < stop:
-                j = i + len(probs)
-                probs.append(pmax[j])
-                ok = ok and bool(match[j])
-                kept += ok
-                if len(probs) >= rule.check_tokens or draft_doubts(
-                        [math.log(p) for p in probs], 0.0, rule.run_below):
-                    break
+            probs, kept = draft_run(match, pmax, i, stop, rule.ends_run)
             drafted, passes, wasted = drafted + len(probs), passes + 1, wasted + len(probs) - kept
             if kept < len(probs):  # refused: the pass gives the target's token; the fallback goes on
                 i += kept + 1
