@@ -34,7 +34,7 @@ CORE_LAYERS = {
     "specguard_core.concurrency.padded": 4, "specguard_core.remote.http": 4,
     "specguard_core.text.step_text": 4, "specguard_core.engine.verify.bounds": 4,
     "specguard_core.engine.proposer": 5, "specguard_core.engine.selector": 5,
-    "specguard_core.engine.speculative": 5,
+    "specguard_core.engine.speculative": 5, "specguard_core.remote.served": 5,
     "specguard_core.engine.verify.cards": 5, "specguard_core.engine.verify.registry": 5,
     "specguard_core.engine.verify.verifier": 5,
     "specguard_core.concurrency.rounds": 6, "specguard_core.concurrency.batcher": 6,
