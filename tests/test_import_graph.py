@@ -22,7 +22,7 @@ CORE_LAYERS = {
     "specguard_core.flags": 0,  # command-line flags from pydantic fields (argparse, pydantic)
     # the folders' own __init__ modules import nothing
     "specguard_core.text": 0, "specguard_core.concurrency": 0, "specguard_core.cache": 0,
-    "specguard_core.remote": 0, "specguard_core.engine.verify": 0,
+    "specguard_core.remote": 0, "specguard_core.engine.verify": 0, "specguard_core.engine.run": 0,
     "specguard_core.models": 1,
     "specguard_core.text.steps": 1, "specguard_core.text.chat": 1,
     "specguard_core.text.schema": 1, "specguard_core.text.formats": 1,
@@ -34,7 +34,7 @@ CORE_LAYERS = {
     "specguard_core.concurrency.padded": 4, "specguard_core.remote.http": 4,
     "specguard_core.text.step_text": 4, "specguard_core.engine.verify.bounds": 4,
     "specguard_core.engine.proposer": 5, "specguard_core.engine.selector": 5,
-    "specguard_core.engine.speculative": 5,
+    "specguard_core.engine.speculative": 5, "specguard_core.remote.served": 5,
     "specguard_core.engine.verify.cards": 5, "specguard_core.engine.verify.registry": 5,
     "specguard_core.engine.verify.verifier": 5,
     "specguard_core.concurrency.rounds": 6, "specguard_core.concurrency.batcher": 6,
@@ -42,10 +42,11 @@ CORE_LAYERS = {
     "specguard_core.engine.request": 7, "specguard_core.engine.fallback": 7,
     "specguard_core.engine.stream": 7, "specguard_core.engine.check": 7,
     "specguard_core.engine.judge": 7, "specguard_core.remote.load": 7,
-    "specguard_core.engine.loop": 8, "specguard_core.engine.aio": 8,
-    "specguard_core.engine": 9,  # the package's lazy re-exports and the moved modules' old paths
-    "specguard_core.testing": 10,
-    "specguard_core": 11,  # the package's lazy re-exports
+    "specguard_core.engine.run.step": 8, "specguard_core.engine.run.start": 8,
+    "specguard_core.engine.loop": 9, "specguard_core.engine.aio": 9,
+    "specguard_core.engine": 10,  # the package's lazy re-exports and the moved modules' old paths
+    "specguard_core.testing": 11,
+    "specguard_core": 12,  # the package's lazy re-exports
 }
 # the bench measures agents through the adapters, so it sits above them
 PACKAGE_LAYERS = {"specguard_core": 0, "specguard_integrations": 1, "specguard_bench": 2,

@@ -1,6 +1,6 @@
 """The batching scheduler: concurrent requests share their models' forwards.
 
-Every request still runs its steps top to bottom in its own thread (`loop._step` is unchanged); what
+Every request still runs its steps top to bottom in its own thread (`run_step` is unchanged); what
 changes is how a forward is run. With `EngineConfig(batching=True)` the engine's handles are
 `BatchingHandle`s, whose `forward` hands the call to the engine's `Batcher` and blocks until a
 *round* has run it:

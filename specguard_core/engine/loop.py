@@ -1,10 +1,10 @@
 """SpecGuardEngine: step-level speculative reasoning with model-internal verification.
 
-`_step` is the algorithm, top to bottom: propose (draft, k candidates as one batch over a forked
-cache), select (soft medoid), score and route (keep / target check / reject), then keep the draft's
-step or fall back (`fallback.py`: the target verifies and finishes it, or regenerates it), commit.
-Loading lives in `loading.py`, per-request bookkeeping in `request.py`, how a step is scored and
-target-checked in `judge.py`.
+The engine's API (the pair wired, `generate`, `stream`, `calibrate`) and the step loop (`_session`:
+a request's steps, one turn each). A request starts in `run/start.py` (the caller's input checked,
+its `Request` built); one step is `run/step.py`'s `run_step`, the algorithm top to bottom: propose,
+select, score and route (keep / target check / reject), keep the draft's step or fall back
+(`fallback.py`), commit. Loading: `models/loading.py`; the verifier's glue: `judge.py`.
 """
 
 from __future__ import annotations
@@ -13,29 +13,23 @@ import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import replace
 from typing import Any
 
-import torch
-
 from specguard_core.cache.handle import ModelHandle
-from specguard_core.cache.state import Target, TentativePass
+from specguard_core.cache.state import Target
 from specguard_core.concurrency.batcher import Batcher, BatchingHandle
 from specguard_core.concurrency.cpu_runner import Runner
 from specguard_core.concurrency.turns import Turns
 from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, default_config
-from specguard_core.engine.check import GrowingCheck
-from specguard_core.engine.fallback import generated, regenerate, speculate
 from specguard_core.engine.judge import Judge
-from specguard_core.engine.proposer import Proposal, propose
-from specguard_core.engine.request import Phases, Request, Step
+from specguard_core.engine.request import Phases, Request
+from specguard_core.engine.run.start import open_request
+from specguard_core.engine.run.step import run_step
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.stream import GenerationStream
 from specguard_core.engine.verify.signals import percentile_bounds
-from specguard_core.engine.verify.verifier import Verdict
 from specguard_core.models.loading import check_pair, check_vocab
 from specguard_core.models.options import LoadOptions
-from specguard_core.remote.target import check_served_target
 from specguard_core.text.chat import (
     InputError,
     Message,
@@ -43,12 +37,9 @@ from specguard_core.text.chat import (
     check_tools,
     normalise_messages,
     render_prompt,
-    required_tool,
     token_bytes,
 )
-from specguard_core.text.formats import ResponseFormat
-from specguard_core.text.steps import StepRules, step_kind
-from specguard_core.types import Cancelled, GenerationResult, StepKind, StepPath, StepRecord
+from specguard_core.types import Cancelled, GenerationResult, StepRecord
 
 
 class SpecGuardEngine:
@@ -166,8 +157,7 @@ class SpecGuardEngine:
         its fields (k=4, tau=0.6, ...). See `stream` for `timeout`."""
         stream = self.stream(messages_or_prompt, tools=tools, tool_choice=tool_choice,
                              response_format=response_format, config=config, timeout=timeout,
-                             chat_template_kwargs=chat_template_kwargs,
-                             **overrides)
+                             chat_template_kwargs=chat_template_kwargs, **overrides)
         for _ in stream:
             pass
         return stream.result
@@ -185,32 +175,10 @@ class SpecGuardEngine:
         JSON object is rejected and the target writes the step; bare JSON is then never a call.
         `timeout` (seconds, from this call, waiting for the engine included) stops the work within
         one forward pass and raises TimeoutError from the stream."""
-        if timeout is not None and not timeout > 0:
-            raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        cfg = (config or self.config).merged(**overrides)
-        if not isinstance(self.target, ModelHandle):
-            check_served_target(cfg)
-        cfg = self.judge.resolve_verifier(cfg)
-        try:
-            fmt = ResponseFormat.of(response_format)
-        except ValueError as err:
-            raise InputError(str(err)) from None
-        messages = normalise_messages(messages_or_prompt)
-        checked = [] if tool_choice == "none" else check_tools(tools)
-        required = required_tool(tool_choice, checked)
-        prompts = [self._prompt(h, messages, checked, chat_template_kwargs)
-                   for h in (self.draft, self.target)]
-        req = Request(
-            cfg=cfg, tools=checked, required=required,
-            rules=StepRules.for_tokenizer(self.target.tokenizer, cfg.step_delimiters)
-            .with_tools(() if fmt else [t["function"]["name"] for t in checked]),
-            draft=self.draft.new_state(), target=self.target.new_state(),
-            generator=torch.Generator(self.draft.device).manual_seed(cfg.seed),
-            prompt_tokens=len(prompts[1]), context_window=self.context_window,
-            tokenizer=self.target.tokenizer, response_format=fmt, timeout=timeout,
-            deadline=None if timeout is None else time.monotonic() + timeout,
-        )
-        req.draft.pending, req.target.pending = prompts
+        req = open_request(self, messages_or_prompt, tools=tools, tool_choice=tool_choice,
+                           response_format=response_format, config=config or self.config,
+                           timeout=timeout, chat_template_kwargs=chat_template_kwargs,
+                           overrides=overrides)
         holder: dict[str, GenerationResult] = {}
         return GenerationStream(self._session(req, holder), holder, req.cancel)
 
@@ -240,7 +208,7 @@ class SpecGuardEngine:
             bounds.save(path)
         return bounds
 
-    # ---- the algorithm ---------------------------------------------------------------------
+    # ---- the step loop ---------------------------------------------------------------------
     def _session(self, req: Request, holder: dict[str, GenerationResult]
                  ) -> Iterator[StepRecord]:
         """The request's steps. The engine is held for one step at a time, never across a
@@ -256,7 +224,7 @@ class SpecGuardEngine:
                     req.stats.add_time("prefill", timed["prefill"])
                 while req.finish is None:
                     with self._turn(req):
-                        record = self._step(req)
+                        record = run_step(self, req, self._selector(req.cfg))
                     yield record
         except Cancelled:
             return
@@ -272,85 +240,6 @@ class SpecGuardEngine:
         answers). Batching: the scheduler's step instead (held between forwards only)."""
         return self._turns.step(req) if self.batcher is None else self.batcher.step(req)
 
-    def _step(self, req: Request) -> StepRecord:
-        """One step: the draft proposes k candidates over its forked cache; the selector picks one;
-        the score routes it (keep / target check / reject); a kept step is committed in both
-        caches, a rejected one goes to the fallback, which ends the proposal itself."""
-        selector = self._selector(req.cfg)
-        timed = Phases()
-        with timed("catch_up"):
-            self.draft.catch_up(req.draft)
-        first_rule = req.rule_for("reasoning")  # an action when it is the turn's first step
-        growing = GrowingCheck.of(self.target, req, self.same_vocab, first_rule,
-                                  self.judge.numeric_mask() if first_rule == "exact-numbers" else None)
-        with timed("propose"):
-            proposal = propose(self.draft, req.draft, self.judge.draft_spec(req, selector),
-                               req.generator, check=req.check, watch=growing)
-        if growing is not None:  # its passes ran inside the proposal
-            timed.move(growing.seconds, "propose", "target_check")
-        with timed("select"):
-            pick = selector.select(proposal.candidates)
-        draft_step = proposal.candidates[pick]
-        kind = step_kind(draft_step.text, req.in_think, req.rules)
-        rule = req.rule_for(kind[0])
-        with timed("score"):
-            verdict, tpass = self.judge.score(req, draft_step, kind[0])
-        path: StepPath | None = "kept" if verdict.route == "keep" else None
-        passed = judged = 0  # leading draft tokens the target's check passed
-        if growing is not None:  # the target judged the step as the draft wrote it
-            with timed("target_check"):
-                tpass, judged = growing.finish(draft_step.token_ids, draft_step.n_fed)
-            if draft_step.end == "refused":  # unfinished: only the target's refusal counts
-                verdict = replace(verdict, route="check")
-        if verdict.route == "check":
-            with timed("target_check"):
-                tpass = tpass or self.judge.target_pass(req, draft_step)
-                checked = self.judge.checked_ids(draft_step, tpass)
-                if growing is None:
-                    passed = self.judge.check(req, tpass, checked, rule)
-                elif growing.rule != rule:  # a tool call begun mid-turn: judged again as one
-                    passed = min(judged, self.judge.check(req, tpass, checked, rule))
-                else:
-                    passed = judged
-                if passed == len(checked) and draft_step.end != "refused":
-                    path = "target-checked"
-                else:
-                    verdict = replace(verdict, reason="the target's check failed")
-        if path is not None:
-            step = self._keep(req, proposal, pick, tpass, verdict, kind, path)
-        else:
-            with timed("fallback"):
-                step = self._fall_back(req, proposal, pick, selector, tpass, passed)
-        step.acceptance = rule if verdict.route == "check" and step.path != "regenerated" else None
-        return req.commit(step, verdict, timed, draft_step.text)
-
-    def _keep(self, req: Request, proposal: Proposal, pick: int, tpass: TentativePass | None,
-              verdict: Verdict, kind: tuple[StepKind, bool], path: StepPath) -> Step:
-        """Commit the draft's step in both caches (the target's pass, when there was one, already
-        encoded it)."""
-        cand = proposal.candidates[pick]
-        proposal.keep(pick)
-        if tpass is not None:
-            tpass.keep(len(tpass.ids))
-        else:
-            req.target.pending += self.judge.convert(cand.fed, self.draft, self.target)
-        return Step(cand.token_ids, cand.text, "draft", cand.end == "eos", len(proposal.candidates),
-                    verdict.tool_call, path=path, kind=kind, draft_written=len(cand.token_ids),
-                    draft_generated=generated(proposal), token_logprobs=list(cand.logprobs))
-
-    def _fall_back(self, req: Request, proposal: Proposal, pick: int, selector: Selector,
-                   tpass: TentativePass | None, passed: int = 0) -> Step:
-        """Speculative fallback when configured and possible (same vocabulary, no forced tool-call
-        prefix), keeping at least the `passed` tokens the target's check accepted; else the target
-        regenerates the step."""
-        forced = req.required is not None and not req.in_think
-        if req.cfg.fallback == "speculative" and self.same_vocab and not forced:
-            tpass = tpass or self.judge.target_pass(req, proposal.candidates[pick])
-            return speculate(self.draft, self.target, req, proposal, pick, tpass, passed)
-        if tpass is not None:
-            tpass.discard()
-        return regenerate(self.draft, self.target, req, proposal, selector, self.judge.convert)
-
     # ---- helpers ---------------------------------------------------------------------------
     def _handle(self, model: Any, tokenizer: Any) -> ModelHandle:
         """The handle of an in-process model; a model with weights on the CPU runs its forwards
@@ -360,16 +249,6 @@ class SpecGuardEngine:
         if self.batcher is None:
             return ModelHandle(model, tokenizer, runner=runner)
         return BatchingHandle(model, tokenizer, self.batcher, runner=runner)
-
-    def _prompt(self, handle: Target, messages: list[Message],
-                tools: list[dict[str, Any]],
-                template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
-        ids = handle.encode(render_prompt(handle.tokenizer, messages, tools, template_kwargs))
-        window = handle.context_window
-        if window and len(ids) >= window:
-            raise InputError(f"the prompt has {len(ids)} tokens but {handle.name}'s context window "
-                             f"is {window}; shorten the conversation or drop earlier messages")
-        return ids
 
     def _selector(self, cfg: SpecGuardConfig) -> Selector:
         key = (cfg.selector, cfg.sentence_transformer)

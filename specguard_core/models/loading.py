@@ -72,7 +72,7 @@ def model_folder_problem(folder: Path) -> str | None:
     if not (folder / "config.json").is_file():
         return (f"{folder} is not a transformers model folder (no config.json); pass a folder "
                 "that save_pretrained wrote, a .gguf file or a model id")
-    from specguard_core.models.registry import weights_problem
+    from specguard_core.models.integrity import weights_problem
 
     if problem := weights_problem(folder):
         return (f"model folder {folder} is damaged: {problem}. If it is in SpecGuard's cache, "

@@ -18,28 +18,27 @@ OpenAI-compatible API, always with token ids (never text), so both sides agree o
 
 A request counts as one forward call of the target. The HTTP side (`http.ServerClient`)
 lends the engine to its other requests while it waits, so concurrent requests reach the server
-together and it batches them. Errors name the server and say what to do (`RemoteTargetError`),
-here for a server that serves another model or tokenizer.
+together and it batches them. Errors name the server and say what to do (`RemoteTargetError`).
+The model's address, name and tokenizer, and the check that the server serves that model with that
+tokenizer (`connect`), are `served.ServedModel`'s, which `RemoteTarget` extends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any
 
-import httpx
 import torch
 
 from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.state import CacheState, TentativePass
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, StepText
-from specguard_core.remote.http import RemoteTargetError, ServerClient
+from specguard_core.remote.http import RemoteTargetError  # noqa: F401 (re-exported)
+from specguard_core.remote.served import PROBE, ServedModel  # noqa: F401 (PROBE re-exported)
 from specguard_core.text.chat import InputError
 
 NEG = -1.0e4  # the logit of a token outside the server's top K (finite: entropy stays a number)
-PROBE = ("SpecGuard tokenizer probe: Hello, world! 3.14159 == pi; naïve café, 数学, 🙂\n\n"
-         "def f(x):\n    return x ** 2  # done\n")
 
 
 def check_served_target(cfg: SpecGuardConfig) -> None:
@@ -58,91 +57,11 @@ def check_served_target(cfg: SpecGuardConfig) -> None:
                          "or 'greedy', fallback_k=1, or selector='sentence-transformer'")
 
 
-class RemoteTarget:
-    """A target model served by vLLM at `url` (`http://HOST:PORT/v1`) under the name `model`.
-
-    `tokenizer` must be the served model's (checked by `connect`); `context_window` is the
-    server's `max_model_len`; `vocab_size` the width of the logits rows (the draft's, so the two
-    compare). Constructing one touches no network; `connect` asks the server and checks it."""
-
-    def __init__(self, url: str, model: str, tokenizer: Any, *, context_window: int,
-                 eos_ids: Iterable[int] | None = None, vocab_size: int | None = None,
-                 timeout_s: float = 120.0, top_logprobs: int = 20, api_key: str | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"target URL {url!r} must start with http:// or https://, e.g. "
-                             "http://127.0.0.1:8000/v1")
-        if not timeout_s > 0 or top_logprobs < 1:
-            raise ValueError("timeout_s must be > 0 and top_logprobs >= 1")
-        self.http = ServerClient(url, model, timeout_s=timeout_s, api_key=api_key,
-                                 transport=transport)
-        self.url = self.http.url
-        self.name = f"{model}@{self.url}"
-        self.tokenizer = tokenizer
-        self.context_window = int(context_window)
-        eos = [tokenizer.eos_token_id] if eos_ids is None else list(eos_ids)
-        self.eos_ids = frozenset(int(e) for e in eos if e is not None)
-        self.vocab_size = max(int(vocab_size or 0), len(tokenizer))
-        self.top_logprobs = int(top_logprobs)
-
-    @property
-    def model_name(self) -> str:
-        """The served model's name, as every request names it."""
-        return self.http.model
-
-    @model_name.setter
-    def model_name(self, value: str) -> None:
-        self.http.model = value
-
-    @property
-    def timeout_s(self) -> float:
-        return self.http.timeout_s
-
-    @property
-    def root(self) -> str:
-        """The server's root (vLLM serves `/tokenize` beside `/v1`)."""
-        return self.http.root
-
-    @classmethod
-    def connect(cls, url: str, model: str | None, tokenizer: Any, **kwargs: Any) -> RemoteTarget:
-        """Ask the server at `url` what it serves (`/v1/models`: the model, its `max_model_len`)
-        and check it tokenizes as `tokenizer` does (`/tokenize` on a probe string). `model=None`
-        takes the one model served. Keywords: those of the constructor but `context_window`."""
-        target = cls(url, model or "", tokenizer, context_window=0, **kwargs)
-        try:
-            target._check_model(model)
-            target.check_tokenizer()
-        except BaseException:
-            target.close()
-            raise
-        return target
-
-    def _check_model(self, model: str | None) -> None:
-        """Take `model` (or the one model served) and its `max_model_len` from `/v1/models`."""
-        served = self.http.models()
-        if model is None and len(served) == 1:
-            model = next(iter(served))
-        if model not in served:
-            raise RemoteTargetError(f"the server at {self.url} serves {sorted(served)}, not "
-                                    f"{model!r}; pass target_model= (CLI: --target-model) with "
-                                    "one of those names")
-        self.model_name, self.name = model, f"{model}@{self.url}"
-        window = served[model].get("max_model_len")
-        # transformers' "no limit" sentinel (about 1e30) is no window: ignore it, and non-ints
-        known = isinstance(window, int) and not isinstance(window, bool) and 0 < window < 10**9
-        local = getattr(self.tokenizer, "model_max_length", 0)
-        local = local if isinstance(local, int) and 0 < local < 10**9 else 0
-        self.context_window = int(cast(int, window)) if known else local
-
-    def check_tokenizer(self) -> None:
-        """Raise RemoteTargetError if the server tokenizes `PROBE` differently from the local
-        tokenizer (it serves another model family or tokenizer)."""
-        theirs, ours = self.http.tokenize(PROBE, "tokenize the probe"), self.encode(PROBE)
-        if theirs != ours:
-            raise RemoteTargetError(
-                f"the server at {self.url} serves {self.model_name!r} with another tokenizer than "
-                f"the local one ({len(ours)} vs {len(theirs or [])} tokens for a probe string); "
-                "pass target_tokenizer= (CLI: --target-tokenizer) with the served model's folder")
+class RemoteTarget(ServedModel):
+    """A target model served by vLLM at `url` (`http://HOST:PORT/v1`) under the name `model`: the
+    `Target` protocol over the server's completions (the constructor and `connect` are
+    `ServedModel`'s: `tokenizer` must be the served model's, `vocab_size` is the width of the
+    logits rows). Constructing one touches no network; `connect` asks the server and checks it."""
 
     # ---- the cache protocol (see handle.py): the committed ids are the whole state ----------
     def new_state(self) -> CacheState:
@@ -315,15 +234,6 @@ class RemoteTarget:
         values = torch.tensor([float(v) for v in logprobs.values()]).nan_to_num(NEG).clamp(NEG, 0)
         row[torch.tensor(ids, dtype=torch.long)] = values
 
-    def close(self) -> None:
-        self.http.close()
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
-
     def __repr__(self) -> str:
         return f"RemoteTarget({self.model_name!r} at {self.url})"
 
@@ -334,4 +244,3 @@ def _token_id(token: object) -> int:
     if not text.startswith("token_id:"):
         raise ValueError(f"token {text[:40]!r} is not an id (return_tokens_as_token_ids ignored)")
     return int(text.removeprefix("token_id:"))
-

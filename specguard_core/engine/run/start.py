@@ -1,0 +1,83 @@
+"""A request from the caller's input (`open_request`): everything checked up front, then the
+`Request` that the engine's steps run on.
+
+The timeout, the per-request configuration (a served target refuses what it cannot do), the
+verifier it names, the response format, the messages, the tools and the tool choice, and each
+model's prompt against its context window: every bad input is an `InputError` that says what to
+do, raised before any model runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.state import Target
+from specguard_core.config import SpecGuardConfig
+from specguard_core.engine.request import Request
+from specguard_core.engine.run.step import Pair
+from specguard_core.remote.target import check_served_target
+from specguard_core.text.chat import (
+    InputError,
+    Message,
+    ToolChoice,
+    check_tools,
+    normalise_messages,
+    render_prompt,
+    required_tool,
+)
+from specguard_core.text.formats import ResponseFormat
+from specguard_core.text.steps import StepRules
+
+
+def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
+                 tools: Sequence[dict[str, Any]] | None, tool_choice: ToolChoice,
+                 response_format: Any, config: SpecGuardConfig, timeout: float | None,
+                 chat_template_kwargs: Mapping[str, Any] | None,
+                 overrides: Mapping[str, Any]) -> Request:
+    """The request for `messages_or_prompt` under `config` with `overrides` of its fields (see
+    `SpecGuardEngine.stream` for the rest): both models' prompts pending in its fresh caches, its
+    deadline `timeout` seconds from now."""
+    if timeout is not None and not timeout > 0:
+        raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    cfg = config.merged(**overrides)
+    if not isinstance(pair.target, ModelHandle):
+        check_served_target(cfg)
+    cfg = pair.judge.resolve_verifier(cfg)
+    try:
+        fmt = ResponseFormat.of(response_format)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    messages = normalise_messages(messages_or_prompt)
+    checked = [] if tool_choice == "none" else check_tools(tools)
+    required = required_tool(tool_choice, checked)
+    prompts = [_prompt(h, messages, checked, chat_template_kwargs)
+               for h in (pair.draft, pair.target)]
+    req = Request(
+        cfg=cfg, tools=checked, required=required,
+        rules=StepRules.for_tokenizer(pair.target.tokenizer, cfg.step_delimiters)
+        .with_tools(() if fmt else [t["function"]["name"] for t in checked]),
+        draft=pair.draft.new_state(), target=pair.target.new_state(),
+        generator=torch.Generator(pair.draft.device).manual_seed(cfg.seed),
+        prompt_tokens=len(prompts[1]), context_window=pair.context_window,
+        tokenizer=pair.target.tokenizer, response_format=fmt, timeout=timeout,
+        deadline=None if timeout is None else time.monotonic() + timeout,
+    )
+    req.draft.pending, req.target.pending = prompts
+    return req
+
+
+def _prompt(handle: Target, messages: list[Message], tools: list[dict[str, Any]],
+            template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
+    """The chat-templated prompt as `handle` tokenizes it; one that fills its context window is
+    an InputError."""
+    ids = handle.encode(render_prompt(handle.tokenizer, messages, tools, template_kwargs))
+    window = handle.context_window
+    if window and len(ids) >= window:
+        raise InputError(f"the prompt has {len(ids)} tokens but {handle.name}'s context window "
+                         f"is {window}; shorten the conversation or drop earlier messages")
+    return ids

@@ -1,0 +1,174 @@
+"""One step of a request, top to bottom (`run_step`).
+
+1. **draft** (`_draft`): the draft catches up and proposes k candidates as one batch over its
+   forked cache (the growing check watching, when it runs: `check.py`); the selector picks one
+   (soft medoid) and its kind is read.
+2. **judge** (`_judge`): the verifier's score routes the pick (keep / target check / reject); a
+   checked step is kept when the target's check passes every token of it.
+3. **keep** (`_keep`) commits the pick in both caches; otherwise **fall back** (`_fall_back`): the
+   target verifies and finishes the step, or regenerates it (`fallback.py`).
+4. **commit**: the request records the step (`Request.commit`) and returns its `StepRecord`.
+
+The step runs on a `Pair` (`SpecGuardEngine` is one) and holds no state of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol
+
+from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.state import Target, TentativePass
+from specguard_core.config import Acceptance
+from specguard_core.engine.check import GrowingCheck
+from specguard_core.engine.fallback import generated, regenerate, speculate
+from specguard_core.engine.judge import Judge
+from specguard_core.engine.proposer import Candidate, Proposal, propose
+from specguard_core.engine.request import Phases, Request, Step
+from specguard_core.engine.selector import Selector
+from specguard_core.engine.verify.verifier import Verdict
+from specguard_core.text.steps import step_kind
+from specguard_core.types import StepKind, StepRecord
+
+# what becomes of the draft's step: kept as it is (by its score, or once the target's check passed
+# all of it), or handed to the fallback
+Outcome = Literal["kept", "target-checked", "fall back"]
+
+
+class Pair(Protocol):
+    """What a request runs on: the draft, the target and the judge between them."""
+
+    @property
+    def draft(self) -> ModelHandle: ...
+
+    @property
+    def target(self) -> Target: ...
+
+    @property
+    def judge(self) -> Judge: ...
+
+    @property
+    def context_window(self) -> int: ...
+
+
+@dataclass
+class Drafted:
+    """The draft's proposal, the candidate the selector picked, its kind (`step_kind`), and the
+    growing check that watched it (None when none ran)."""
+
+    proposal: Proposal
+    pick: int
+    kind: tuple[StepKind, bool]
+    growing: GrowingCheck | None
+
+    @property
+    def step(self) -> Candidate:
+        return self.proposal.candidates[self.pick]
+
+
+@dataclass
+class Judged:
+    """The verdict on the picked step, the target's pass over it (if one ran), what becomes of the
+    step, the acceptance rule of its kind, and how many leading tokens the target's check passed."""
+
+    verdict: Verdict
+    tpass: TentativePass | None
+    outcome: Outcome
+    rule: Acceptance
+    passed: int = 0
+
+
+def run_step(pair: Pair, req: Request, selector: Selector) -> StepRecord:
+    """One step of `req`: propose and pick, judge, keep or fall back, commit."""
+    timed = Phases()
+    drafted = _draft(pair, req, selector, timed)
+    judged = _judge(pair, req, drafted, timed)
+    if judged.outcome == "fall back":
+        with timed("fallback"):
+            step = _fall_back(pair, req, drafted, selector, judged.tpass, judged.passed)
+    else:
+        step = _keep(pair, req, drafted, judged.tpass, judged.verdict, judged.outcome)
+    checked = judged.verdict.route == "check" and step.path != "regenerated"
+    step.acceptance = judged.rule if checked else None
+    return req.commit(step, judged.verdict, timed, drafted.step.text)
+
+
+def _draft(pair: Pair, req: Request, selector: Selector, timed: Phases) -> Drafted:
+    """The draft's k candidates (after it catches up), the selector's pick and its kind."""
+    with timed("catch_up"):
+        pair.draft.catch_up(req.draft)
+    first_rule = req.rule_for("reasoning")  # an action when it is the turn's first step
+    growing = GrowingCheck.of(pair.target, req, pair.judge.same_vocab, first_rule,
+                              pair.judge.numeric_mask() if first_rule == "exact-numbers" else None)
+    with timed("propose"):
+        proposal = propose(pair.draft, req.draft, pair.judge.draft_spec(req, selector),
+                           req.generator, check=req.check, watch=growing)
+    if growing is not None:  # its passes ran inside the proposal
+        timed.move(growing.seconds, "propose", "target_check")
+    with timed("select"):
+        pick = selector.select(proposal.candidates)
+    kind = step_kind(proposal.candidates[pick].text, req.in_think, req.rules)
+    return Drafted(proposal, pick, kind, growing)
+
+
+def _judge(pair: Pair, req: Request, drafted: Drafted, timed: Phases) -> Judged:
+    """Score and route the picked step; a step routed to the check is kept when the target's check
+    (the growing check's verdicts, when it ran) passes every token of a finished step."""
+    draft_step, growing, judge = drafted.step, drafted.growing, pair.judge
+    rule = req.rule_for(drafted.kind[0])
+    with timed("score"):
+        verdict, tpass = judge.score(req, draft_step, drafted.kind[0])
+    outcome: Outcome = "kept" if verdict.route == "keep" else "fall back"
+    passed = judged = 0  # leading draft tokens the target's check passed
+    if growing is not None:  # the target judged the step as the draft wrote it
+        with timed("target_check"):
+            tpass, judged = growing.finish(draft_step.token_ids, draft_step.n_fed)
+        if draft_step.end == "refused":  # unfinished: only the target's refusal counts
+            verdict = replace(verdict, route="check")
+    if verdict.route == "check":
+        with timed("target_check"):
+            tpass = tpass or judge.target_pass(req, draft_step)
+            checked = judge.checked_ids(draft_step, tpass)
+            if growing is None:
+                passed = judge.check(req, tpass, checked, rule)
+            elif growing.rule != rule:  # a tool call begun mid-turn: judged again as one
+                passed = min(judged, judge.check(req, tpass, checked, rule))
+            else:
+                passed = judged
+            if passed == len(checked) and draft_step.end != "refused":
+                outcome = "target-checked"
+            else:
+                verdict = replace(verdict, reason="the target's check failed")
+    return Judged(verdict, tpass, outcome, rule, passed)
+
+
+def _keep(pair: Pair, req: Request, drafted: Drafted, tpass: TentativePass | None,
+          verdict: Verdict, path: Literal["kept", "target-checked"]) -> Step:
+    """Commit the draft's step in both caches (the target's pass, when there was one, already
+    encoded it)."""
+    cand, proposal = drafted.step, drafted.proposal
+    proposal.keep(drafted.pick)
+    if tpass is not None:
+        tpass.keep(len(tpass.ids))
+    else:
+        req.target.pending += pair.judge.convert(cand.fed, pair.draft, pair.target)
+    return Step(cand.token_ids, cand.text, "draft", cand.end == "eos", len(proposal.candidates),
+                verdict.tool_call, path=path, kind=drafted.kind,
+                draft_written=len(cand.token_ids), draft_generated=generated(proposal),
+                token_logprobs=list(cand.logprobs))
+
+
+def _fall_back(pair: Pair, req: Request, drafted: Drafted, selector: Selector,
+               tpass: TentativePass | None, passed: int) -> Step:
+    """Speculative fallback when configured and possible (same vocabulary, no forced tool-call
+    prefix), keeping at least the `passed` tokens the target's check accepted; else the target
+    regenerates the step."""
+    forced = req.required is not None and not req.in_think
+    if req.cfg.fallback == "speculative" and pair.judge.same_vocab and not forced:
+        tpass = tpass or pair.judge.target_pass(req, drafted.step)
+        return speculate(pair.draft, pair.target, req, drafted.proposal, drafted.pick, tpass,
+                         passed)
+    if tpass is not None:
+        tpass.discard()
+    return regenerate(pair.draft, pair.target, req, drafted.proposal, selector,
+                      pair.judge.convert)
