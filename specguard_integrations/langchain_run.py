@@ -1,6 +1,6 @@
 """One `ChatSpecGuard` call: its keywords checked, the engine stream opened, steps out as chunks.
 
-`Calls` is mixed into `ChatSpecGuard` (`specguard_integrations.langchain`) after `EngineOwner`:
+`Calls` (an `EngineOwner`) is mixed into `ChatSpecGuard` (`specguard_integrations.langchain`):
 the per-call `SpecGuardConfig` and LangChain's `_generate` / `_stream` / `_agenerate` /
 `_astream` hooks. Each call is a `Run`, which opens the engine stream only when it is iterated
 and always closes it; the async hooks iterate it in a worker thread, so the event loop never

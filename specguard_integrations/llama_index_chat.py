@@ -1,8 +1,8 @@
 """`SpecGuardLLM`'s chat bodies: one request checked, the engine stream opened, steps out as
 `ChatResponse`s.
 
-`ChatCalls` is mixed into `SpecGuardLLM` (`specguard_integrations.llama_index`) after
-`EngineOwner`: the per-call `SpecGuardConfig` and the undecorated `_chat` / `_stream_chat` /
+`ChatCalls` (an `EngineOwner`) is mixed into `SpecGuardLLM` (`specguard_integrations.llama_index`):
+the per-call `SpecGuardConfig` and the undecorated `_chat` / `_stream_chat` /
 `_achat` / `_astream_chat` that its decorated `chat`, `complete`, ... run. A streamed call is a
 `Turn` (`llama_index_convert`) fed step by step; async bodies take the steps from a worker thread,
 and closing (or abandoning) a stream stops the engine at the next step boundary and frees it.
