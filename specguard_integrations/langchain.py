@@ -3,120 +3,49 @@
 Translation only: LangChain messages, tools and options go in as the engine's OpenAI-style inputs,
 the engine's committed steps come out as `AIMessageChunk`s (one per step, with that step's source
 and scores in `response_metadata["specguard_steps"]`). All of the algorithm lives in `specguard_core`.
+
+`ChatSpecGuard` is its fields and LangChain's public surface; the engine it owns and its token
+counts are in `langchain_engine`, one call's run in `langchain_run`, structured output in
+`langchain_structured` and the message translation in `langchain_convert`.
 """
 
 from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
-from operator import itemgetter
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, cast
 
-from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
 from langchain_core.language_models.model_profile import ModelProfile
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
-from langchain_core.output_parsers.base import OutputParserLike
-from langchain_core.output_parsers.openai_tools import (
-    JsonOutputKeyToolsParser,
-    PydanticToolsParser,
-)
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.messages import AIMessage
+from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, model_validator
 from typing_extensions import Self
 
-from specguard_core import EngineConfig, GenerationResult, SpecGuardConfig, SpecGuardEngine
-from specguard_core.config import override_names
-from specguard_core.engine.aio import iterate_in_thread
-from specguard_core.engine.loop import GenerationStream
+from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
 from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.text.chat import check_template_kwargs
-from specguard_core.text.formats import with_instruction
-from specguard_core.types import StepRecord
 from specguard_integrations.common import (
     KNOBS,
-    base_config,
     check_arguments,
     check_config_choice,
     check_placement,
-    knob_overrides,
-    load_options,
-    load_pair,
     profile,
-    request_config,
     served_target,
-    tokenizer_refs,
 )
-from specguard_integrations.langchain_convert import (
-    Translator,
-    final_chunk,
-    final_message,
-    format_instruction,
-    normalise_tool_choice,
-    response_format_for,
-    to_engine_message,
-)
+from specguard_integrations.langchain_convert import normalise_tool_choice, to_engine_message
+from specguard_integrations.langchain_run import Calls
+from specguard_integrations.langchain_structured import structured_output
 
 __all__ = ["ChatSpecGuard", "normalise_tool_choice", "to_engine_message"]
 
-_CALL_KEYS = {"tools", "tool_choice", "response_format", "parallel_tool_calls", "model",
-              "max_tokens", "stop", "logprobs", "chat_template_kwargs"}
-
-
-class _Run:
-    """One generation: opens the engine stream, yields translated chunks, always closes it.
-    `max_calls=1` (`parallel_tool_calls=False`) keeps only the first tool call."""
-
-    def __init__(self, start: Callable[[], tuple[GenerationStream, tuple[str, ...]]],
-                 max_calls: int | None = None,
-                 decode: Callable[[StepRecord, int], tuple[str, bytes] | None] | None = None) -> None:
-        self._start, self._max_calls, self._decode = start, max_calls, decode
-        self.stream: GenerationStream | None = None
-        self.result: GenerationResult | None = None
-
-    def chunks(self) -> Generator[ChatGenerationChunk, None, None]:
-        stream, stops = self._start()
-        self.stream = stream
-        translator = Translator(stops, self._max_calls)
-        try:
-            for step in stream:
-                yield ChatGenerationChunk(message=translator.chunk(step))
-            self.result = stream.result
-            last = final_chunk(stream.result, self._max_calls)
-            if self._decode is not None:  # asked for logprobs: ChatOpenAI's metadata shape
-                last.response_metadata["logprobs"] = {
-                    "content": stream.result.answer_logprobs(self._decode), "refusal": None}
-            yield ChatGenerationChunk(message=last)
-        finally:
-            stream.close()
-
-    def cancel(self) -> None:
-        """Stop the engine within one forward pass (safe from any thread)."""
-        if self.stream is not None:
-            self.stream.close()
-
-    def message(self, chunks: list[ChatGenerationChunk]) -> ChatResult:
-        assert self.result is not None, "the run has not finished"
-        messages = [cast(AIMessageChunk, c.message) for c in chunks]
-        message = final_message(messages, self.result, self._max_calls)
-        return ChatResult(generations=[ChatGeneration(message=message)])
-
-
-def _iterate_in_thread(run: _Run) -> AsyncIterator[ChatGenerationChunk]:
-    """The run's chunks, computed in a worker thread so the event loop never blocks; leaving
-    early stops the engine at the next step boundary and frees it."""
-    return iterate_in_thread(run.chunks, run.cancel, name="specguard-langchain")
-
 
 # ---- the chat model --------------------------------------------------------------------------
-class ChatSpecGuard(BaseChatModel):
+class ChatSpecGuard(Calls, BaseChatModel):
     """SpecGuard step-level speculative reasoning as a LangChain chat model.
 
     Construction is cheap: pass a ready `engine=SpecGuardEngine(...)`, or `draft=` and `model=`
@@ -227,11 +156,6 @@ class ChatSpecGuard(BaseChatModel):
         return self
 
     @property
-    def loading(self) -> LoadOptions:
-        """The loader options: `load_options`, else the separate loader fields given."""
-        return load_options(self, "ChatSpecGuard")
-
-    @property
     def _llm_type(self) -> str:
         return "specguard"
 
@@ -266,154 +190,6 @@ class ChatSpecGuard(BaseChatModel):
             params["ls_stop"] = stop or self.stop
         return params
 
-    # ---- engine and tokenizer ------------------------------------------------------------
-    @property
-    def engine(self) -> SpecGuardEngine:
-        """The injected engine, or the pair loaded on first use (once, thread-safe)."""
-        if self.injected_engine is not None:
-            return self.injected_engine
-        with self._lock:
-            if self._loaded is None:
-                base = base_config(self.config, self.preset, None)
-                self._loaded = load_pair(self.draft or DEFAULT_DRAFT, self.model or DEFAULT_TARGET,
-                                         base, self.loading, self.engine_config)
-            return self._loaded
-
-    def get_engine(self) -> SpecGuardEngine:
-        """Deprecated: use the `engine` property."""
-        warnings.warn("ChatSpecGuard.get_engine() is deprecated; use .engine", DeprecationWarning,
-                      stacklevel=2)
-        return self.engine
-
-    def _local_tokenizer(self) -> Any:
-        """The target's tokenizer: the loaded engine's, else read from the local folder without
-        loading weights. Never the hub: an uncached pair is a clear error."""
-        engine = self.injected_engine or self._loaded
-        if engine is not None:
-            return engine.tokenizer
-        if self._tokenizer is None:
-            from specguard_core.models.loading import local_tokenizer
-
-            ref, load = self.model or DEFAULT_TARGET, self.loading
-            refs = tokenizer_refs(ref, self.draft or DEFAULT_DRAFT, load.target_tokenizer,
-                                  load.target_model)
-            for i, name in enumerate(refs):
-                try:  # files on disk only: never a request to the hub, not even a lookup
-                    self._tokenizer = local_tokenizer(name, revision=load.revision,
-                                                      trust_remote_code=load.trust_remote_code)
-                    break
-                except (OSError, ValueError) as err:
-                    if i == len(refs) - 1:
-                        raise ValueError(
-                            f"ChatSpecGuard counts tokens with the target's own tokenizer, and "
-                            f"{name!r} is not available locally (it is never fetched for "
-                            "counting). Run `specguard models fetch`, pass a local folder, or "
-                            "pass custom_get_token_ids=") from err
-        return self._tokenizer
-
-    def get_token_ids(self, text: str) -> list[int]:
-        """Token ids from the target's local tokenizer (never the hub)."""
-        if self.custom_get_token_ids is not None:
-            return self.custom_get_token_ids(text)
-        return list(self._local_tokenizer()(text, add_special_tokens=False)["input_ids"])
-
-    def get_num_tokens_from_messages(self, messages: list[BaseMessage],
-                                     tools: Sequence[Any] | None = None) -> int:
-        """Prompt tokens as the chat template renders the conversation (and tools)."""
-        from specguard_core.text.chat import check_tools, normalise_messages, render_prompt
-
-        tokenizer = self._local_tokenizer()
-        text = render_prompt(tokenizer, normalise_messages([to_engine_message(m)
-                                                            for m in messages]),
-                             check_tools([convert_to_openai_tool(t) for t in tools or []]),
-                             self.chat_template_kwargs)
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    # ---- requests ------------------------------------------------------------------------
-    def _config(self, engine: SpecGuardEngine | None, call: dict[str, Any],
-                stop: list[str] | None = None) -> SpecGuardConfig:
-        """The call's SpecGuardConfig: config/preset (else the engine's) < knob fields <
-        per-call keywords (`max_tokens`, `stop` and SpecGuardConfig fields)."""
-        unknown = set(call) - override_names() - {"max_tokens"}
-        if unknown:
-            raise ValueError(f"unknown keyword(s) {sorted(unknown)}; ChatSpecGuard takes "
-                             f"{sorted(_CALL_KEYS)} and SpecGuardConfig fields")
-        base = base_config(self.config, self.preset, engine.config if engine else None)
-        fields = knob_overrides({n: getattr(self, n) for n in KNOBS})
-        per_call = knob_overrides({**call, "stop": stop})
-        return request_config(base, self.overrides, fields, per_call)
-
-    def _check_model(self, requested: str | None, engine: SpecGuardEngine) -> None:
-        if requested is not None and requested not in (self.model, engine.model_name):
-            raise ValueError(f"ChatSpecGuard serves one draft/target pair ({engine.model_name}); "
-                             f"model={requested!r} cannot be switched per call, create another "
-                             "ChatSpecGuard for it")
-
-    def _new_run(self, messages: list[BaseMessage], stop: list[str] | None,
-                 kwargs: dict[str, Any]) -> _Run:
-        call = dict(kwargs)
-        tools = [convert_to_openai_tool(t) for t in call.pop("tools", None) or []]
-        choice = normalise_tool_choice(call.pop("tool_choice", None), tools)
-        response_format = call.pop("response_format", None)
-        parallel = call.pop("parallel_tool_calls", None)
-        requested = call.pop("model", None)
-        logprobs = call.pop("logprobs", None)
-        logprobs = self.logprobs if logprobs is None else logprobs
-        template = {**check_template_kwargs(self.chat_template_kwargs),
-                    **check_template_kwargs(call.pop("chat_template_kwargs", None))}
-        rendering = {"chat_template_kwargs": template} if template else {}
-        self._config(self.injected_engine, call, stop)  # bad keywords fail before any loading
-        converted = [to_engine_message(m) for m in messages]
-        if response_format:
-            converted = with_instruction(converted, format_instruction(response_format))
-
-        def start() -> tuple[GenerationStream, tuple[str, ...]]:
-            engine = self.engine
-            self._check_model(requested, engine)
-            cfg = self._config(engine, call, stop)
-            stream = engine.stream(converted, tools=tools, tool_choice=choice,
-                                   response_format=response_format, config=cfg,
-                                   timeout=self.timeout, **rendering)
-            return stream, cfg.stop
-
-        decode = (lambda step, token: self.engine.token_text(step, token)) if logprobs else None
-        return _Run(start, max_calls=1 if parallel is False else None, decode=decode)
-
-    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                run_manager: CallbackManagerForLLMRun | None = None,
-                **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        # token callbacks are fired by BaseChatModel for each yielded chunk, not here
-        yield from self._new_run(messages, stop, kwargs).chunks()
-
-    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                  run_manager: CallbackManagerForLLMRun | None = None,
-                  **kwargs: Any) -> ChatResult:
-        """As ChatOllama does, `invoke` fires `on_llm_new_token` once per committed step."""
-        run = self._new_run(messages, stop, kwargs)
-        chunks = []
-        for chunk in run.chunks():
-            if run_manager is not None:
-                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-            chunks.append(chunk)
-        return run.message(chunks)
-
-    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                       run_manager: AsyncCallbackManagerForLLMRun | None = None,
-                       **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        async for chunk in _iterate_in_thread(self._new_run(messages, stop, kwargs)):
-            yield chunk
-
-    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                         run_manager: AsyncCallbackManagerForLLMRun | None = None,
-                         **kwargs: Any) -> ChatResult:
-        run = self._new_run(messages, stop, kwargs)
-        chunks = []
-        async for chunk in _iterate_in_thread(run):
-            if run_manager is not None:
-                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-            chunks.append(chunk)
-        return run.message(chunks)
-
     # ---- tools and structured output -----------------------------------------------------
     def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | Any], *,
                    tool_choice: dict[str, Any] | str | bool | None = None,
@@ -440,31 +216,4 @@ class ChatSpecGuard(BaseChatModel):
         draft step that breaks it is rewritten by the target, as a bad tool call is."""
         if kwargs:
             raise ValueError(f"Received unsupported arguments {kwargs}")
-        if schema is None and method != "json_mode":
-            raise ValueError(f"method={method!r} needs a schema")
-        is_model = isinstance(schema, type) and is_basemodel_subclass(schema)
-        fmt = {"kwargs": {"method": method, "strict": strict}, "schema": schema}
-        llm: Runnable[LanguageModelInput, Any]
-        parser: OutputParserLike[Any]
-        if method == "function_calling":
-            assert schema is not None
-            name = convert_to_openai_tool(schema)["function"]["name"]
-            llm = self.bind_tools([schema], tool_choice=name, strict=strict,
-                                  ls_structured_output_format=fmt)
-            parser = (PydanticToolsParser(tools=[schema], first_tool_only=True) if is_model
-                      else JsonOutputKeyToolsParser(key_name=name, first_tool_only=True))
-        elif method in ("json_schema", "json_mode"):
-            llm = self.bind(response_format=response_format_for(schema, method),
-                            ls_structured_output_format=fmt)
-            parser = (PydanticOutputParser(pydantic_object=schema) if is_model
-                      else JsonOutputParser())
-        else:
-            raise ValueError(f"unknown method {method!r}; use function_calling, json_schema or "
-                             "json_mode")
-        if not include_raw:
-            return llm | parser
-        parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser,
-                                            parsing_error=lambda _: None)
-        fallback = RunnablePassthrough.assign(parsed=lambda _: None)
-        return RunnableMap(raw=llm) | parsed.with_fallbacks([fallback],
-                                                            exception_key="parsing_error")
+        return structured_output(self, schema, method, include_raw, strict)

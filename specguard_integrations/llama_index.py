@@ -20,15 +20,17 @@ Translation only (every algorithmic decision lives in `specguard_core`):
 
 Async methods run the engine in a worker thread and never block the event loop; closing (or
 abandoning) a stream stops generation at the next step boundary and frees the engine.
+
+`SpecGuardLLM` is its fields and LlamaIndex's public surface; the engine it owns is in
+`llama_index_engine`, the chat bodies and their streams in `llama_index_chat`, the tool hooks in
+`llama_index_tools` and the message translation in `llama_index_convert`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import warnings
-from collections.abc import AsyncGenerator, Generator, Sequence
-from contextlib import aclosing
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -47,8 +49,6 @@ try:
         CompletionResponseAsyncGen,
         CompletionResponseGen,
         LLMMetadata,
-        MessageRole,
-        ToolCallBlock,
     )
     from llama_index.core.bridge.pydantic import (
         ConfigDict,
@@ -60,81 +60,34 @@ try:
     from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW
     from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
     from llama_index.core.llms.function_calling import FunctionCallingLLM
-    from llama_index.core.llms.llm import ToolSelection
 except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError(
         "SpecGuardLLM needs LlamaIndex; from a SpecGuard checkout install it with "
         "`pip install -e \".[llamaindex]\"`"
     ) from err
 
-from specguard_core.config import EngineConfig, SpecGuardConfig, override_names
-from specguard_core.engine.aio import iterate_in_thread
+from specguard_core.config import EngineConfig, SpecGuardConfig
 from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.text.chat import check_template_kwargs
-from specguard_core.types import GenerationResult, StepRecord
 from specguard_integrations.common import (
-    KNOBS,
-    base_config,
     check_arguments,
     check_config_choice,
     check_placement,
-    knob_overrides,
-    load_options,
-    load_pair,
-    request_config,
     served_target,
 )
-from specguard_integrations.common import context_window as local_context_window
-from specguard_integrations.llama_index_convert import (
-    Turn,
-    chat_response,
-    to_engine_messages,
-    tool_selections,
-    trace,
-)
+from specguard_integrations.llama_index_chat import ChatCalls
+from specguard_integrations.llama_index_convert import to_engine_messages, tool_selections, trace
+from specguard_integrations.llama_index_tools import ToolCalls
 
 if TYPE_CHECKING:
-    from llama_index.core.tools.types import BaseTool
-
-    from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
+    from specguard_core.engine.loop import SpecGuardEngine
 
 __all__ = ["SpecGuardLLM", "to_engine_messages", "tool_selections", "trace"]
 
 
-def _until(stream: GenerationStream) -> Generator[StepRecord, None, None]:
-    """The stream's steps; leaving early closes the stream (the engine stops within one forward
-    pass). The engine enforces the timeout (`engine.stream(..., timeout=)`)."""
-    with stream:
-        yield from stream
-
-
-def _asteps(stream: GenerationStream) -> AsyncGenerator[StepRecord, None]:
-    """The stream's steps from a worker thread; closing the generator stops the engine."""
-    return iterate_in_thread(lambda: _until(stream), stream.close, name="specguard-llama-index")
-
-
-def _stream_responses(stream: GenerationStream, turn: Turn) -> ChatResponseGen:
-    steps = _until(stream)
-    try:  # leaving early (close, garbage collection) stops the engine
-        for step in steps:
-            yield turn.add(step)
-    finally:
-        steps.close()
-    if (final := turn.finish(stream.result)) is not None:
-        yield final
-
-
-async def _astream_responses(stream: GenerationStream, turn: Turn) -> ChatResponseAsyncGen:
-    async with aclosing(_asteps(stream)) as steps:
-        async for step in steps:
-            yield turn.add(step)
-    if (final := turn.finish(stream.result)) is not None:
-        yield final
-
-
 # ---- the LLM -----------------------------------------------------------------------------------
-class SpecGuardLLM(FunctionCallingLLM):
+class SpecGuardLLM(ToolCalls, ChatCalls, FunctionCallingLLM):
     """SpecGuard (step-level speculative reasoning) as a LlamaIndex function-calling chat LLM.
 
     Pass a loaded engine (`SpecGuardLLM(engine=engine)`; one engine can back several adapters and
@@ -237,22 +190,6 @@ class SpecGuardLLM(FunctionCallingLLM):
         return "SpecGuardLLM"
 
     @property
-    def engine(self) -> SpecGuardEngine:
-        """The engine; loaded on first use when only model names were given (thread-safe)."""
-        if self._engine is None:
-            with self._load_lock:
-                if self._engine is None:
-                    base = base_config(self.config, self.preset, None)
-                    self._engine = load_pair(str(self.draft), str(self.target), base,
-                                             self.loading, self.engine_config)
-        return self._engine
-
-    @property
-    def loading(self) -> LoadOptions:
-        """The loader options: `load_options`, else the separate loader fields given."""
-        return load_options(self, "SpecGuardLLM")
-
-    @property
     def max_new_tokens(self) -> int | None:
         """Deprecated: use `max_tokens`."""
         warnings.warn("SpecGuardLLM.max_new_tokens is deprecated; use .max_tokens",
@@ -266,17 +203,10 @@ class SpecGuardLLM(FunctionCallingLLM):
         else the smaller `max_position_embeddings` in the draft's and target's local config.json
         files, else LlamaIndex's default (3900); the model name is `model_name`, else the loaded
         engine's, else "specguard:DRAFT+TARGET"."""
-        engine = self._engine
-        if engine is not None:
-            window, name = engine.context_window, engine.model_name
-        else:
-            revision = self.loading.revision
-            windows = [w for w in (local_context_window(str(self.draft), revision),
-                                   local_context_window(str(self.target), revision)) if w]
-            window, name = min(windows, default=None), f"specguard:{self.draft}+{self.target}"
+        window, name = self._pair_facts()
         return LLMMetadata(
             context_window=self.context_window or window or DEFAULT_CONTEXT_WINDOW,
-            num_output=self._config(engine, {}).max_new_tokens,
+            num_output=self._config(self._engine, {}).max_new_tokens,
             is_chat_model=True,
             is_function_calling_model=True,
             model_name=self.model_name or name,
@@ -289,85 +219,7 @@ class SpecGuardLLM(FunctionCallingLLM):
                     "model_name": self.model_name or f"specguard:{self.draft}+{self.target}"}
         return super().to_payload()
 
-    # ---- requests --------------------------------------------------------------------------
-    def _config(self, engine: SpecGuardEngine | None, options: dict[str, Any]
-                ) -> SpecGuardConfig:
-        """The call's SpecGuardConfig: config/preset (else the engine's) < knob fields <
-        per-call options (`max_tokens`, `stop` and SpecGuardConfig fields)."""
-        unknown = sorted(set(options) - override_names() - {"max_tokens"})
-        if unknown:
-            raise ValueError(f"SpecGuardLLM got unknown option(s) {unknown}; per-call options are "
-                             "tools, tool_choice, response_format, chat_template_kwargs, "
-                             "max_tokens, stop and SpecGuardConfig fields (k, temperature, "
-                             "seed, ...)")
-        base = base_config(self.config, self.preset, engine.config if engine else None)
-        fields = knob_overrides({n: getattr(self, n) for n in KNOBS})
-        return request_config(base, self.overrides, fields, knob_overrides(options))
-
-    def _request(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
-                 ) -> dict[str, Any]:
-        """Keyword arguments for `engine.stream`."""
-        options = {k: v for k, v in kwargs.items() if v is not None}
-        logprobs = bool(options.pop("logprobs", self.logprobs))
-        tools = options.pop("tools", None)
-        tool_choice = options.pop("tool_choice", "auto")
-        response_format = options.pop("response_format", None)
-        template = {**check_template_kwargs(self.chat_template_kwargs),
-                    **check_template_kwargs(options.pop("chat_template_kwargs", None))}
-        self._config(self._engine, options)  # bad options fail here, before any loading
-        return {"messages_or_prompt": to_engine_messages(messages), "tools": tools,
-                "tool_choice": tool_choice, "response_format": response_format,
-                "rendering": {"chat_template_kwargs": template} if template else {},
-                "options": options, "logprobs": logprobs}
-
-    def _open(self, request: dict[str, Any]) -> GenerationStream:
-        engine = self.engine
-        args = {k: v for k, v in request.items() if k not in ("options", "logprobs", "rendering")}
-        return engine.stream(**args, **request["rendering"],
-                             config=self._config(engine, request["options"]),
-                             timeout=self.timeout)
-
-    def _open_turn(self, request: dict[str, Any]) -> tuple[GenerationStream, Turn]:
-        if request["logprobs"]:
-            raise ValueError("SpecGuardLLM returns logprobs from chat/achat only; a streamed "
-                             "call does not carry them: stream without logprobs=True")
-        stream = self._open(request)
-        tools = None if request["tool_choice"] == "none" else request["tools"]
-        prompt = self.engine.prompt_ids(request["messages_or_prompt"], tools,
-                                        **request["rendering"])
-        return stream, Turn(prompt_tokens=len(prompt))
-
-    # ---- chat: undecorated bodies, so that complete() is one LLM event, not two ------------
-    def _chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        request = self._request(messages, kwargs)
-        stream = self._open(request)
-        for _ in _until(stream):
-            pass
-        return self._response(stream.result, request)
-
-    def _response(self, result: GenerationResult, request: dict[str, Any]) -> ChatResponse:
-        if not request["logprobs"]:
-            return chat_response(result)
-        return chat_response(result, result.answer_logprobs(self.engine.token_text))
-
-    def _stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        stream, turn = self._open_turn(self._request(messages, kwargs))
-        return _stream_responses(stream, turn)
-
-    async def _achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        request = self._request(messages, kwargs)
-        stream = await asyncio.to_thread(self._open, request)
-        async with aclosing(_asteps(stream)) as steps:
-            async for _ in steps:
-                pass
-        return self._response(stream.result, request)
-
-    async def _astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any
-                            ) -> ChatResponseAsyncGen:
-        request = self._request(messages, kwargs)
-        stream, turn = await asyncio.to_thread(self._open_turn, request)
-        return _astream_responses(stream, turn)
-
+    # ---- chat: callbacks around undecorated bodies, so that complete() is one LLM event -------
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         return self._chat(messages, **kwargs)
@@ -405,56 +257,3 @@ class SpecGuardLLM(FunctionCallingLLM):
     async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
                                ) -> CompletionResponseAsyncGen:
         return await astream_chat_to_completion_decorator(self._astream_chat)(prompt, **kwargs)
-
-    # ---- tools -----------------------------------------------------------------------------
-    def _prepare_chat_with_tools(
-        self,
-        tools: Sequence[BaseTool],
-        user_msg: str | ChatMessage | None = None,
-        chat_history: list[ChatMessage] | None = None,
-        verbose: bool = False,
-        allow_parallel_tool_calls: bool = False,
-        tool_required: bool = False,
-        tool_choice: str | dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        """`chat` arguments: messages, OpenAI tool dicts and the engine's tool choice."""
-        messages = list(chat_history or [])
-        if isinstance(user_msg, str):
-            user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)
-        if user_msg is not None:
-            messages.append(user_msg)
-        specs = [t.metadata.to_openai_tool(skip_length_check=True) for t in tools]
-        if tool_choice is None:
-            tool_choice = "required" if tool_required else "auto"
-        return {"messages": messages, "tools": specs or None, "tool_choice": tool_choice,
-                **kwargs}
-
-    def _validate_chat_with_tools_response(
-        self,
-        response: ChatResponse,
-        tools: Sequence[BaseTool],
-        allow_parallel_tool_calls: bool = False,
-        **kwargs: Any,
-    ) -> ChatResponse:
-        """Keep only the first tool call unless parallel calls are allowed."""
-        message = response.message
-        calls = [b for b in message.blocks if isinstance(b, ToolCallBlock)]
-        if not allow_parallel_tool_calls and len(calls) > 1:
-            message.blocks = [b for b in message.blocks if not isinstance(b, ToolCallBlock)]
-            message.blocks.append(calls[0])
-            legacy = message.additional_kwargs.get("tool_calls")
-            if legacy:
-                message.additional_kwargs["tool_calls"] = legacy[:1]
-        return response
-
-    def get_tool_calls_from_response(
-        self,
-        response: ChatResponse,
-        error_on_no_tool_call: bool = True,
-        **kwargs: Any,
-    ) -> list[ToolSelection]:
-        calls = tool_selections(response.message)
-        if not calls and error_on_no_tool_call:
-            raise ValueError("expected at least one tool call in the response, but it has none")
-        return calls
