@@ -170,7 +170,8 @@ def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
             ref = unresolvable_ref(params)
         except jsonschema.SchemaError as err:
             raise InputError(f"tool {quoted(name)} has an invalid JSON schema: "
-                             f"{quoted(err.message, FREE_TEXT_LIMIT)}") from None
+                             f"{quoted(err.message, FREE_TEXT_LIMIT)}; fix its parameters "
+                             "(JSON Schema 2020-12 unless they name a $schema)") from None
         except RecursionError:
             raise InputError(f"tool {quoted(name)} has a JSON schema nested too deeply") from None
         if ref is not None:
@@ -240,14 +241,15 @@ def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str,
         if tools:
             raise InputError("this tokenizer has no chat template, so it cannot render tools")
         return "\n\n".join(str(m["content"]) for m in messages) + "\n\n"
+    conversation = _arguments_as_dicts(messages)  # its own errors are not the template's
     try:
         text = tokenizer.apply_chat_template(
-            _arguments_as_dicts(messages), tools=tools or None, tokenize=False,
-            add_generation_prompt=True, **extra,
+            conversation, tools=tools or None, tokenize=False, add_generation_prompt=True, **extra,
         )
     except Exception as err:  # jinja raises many types; the user needs the template's own message
         raise InputError("the chat template cannot render this conversation: "
-                         f"{quoted(str(err), FREE_TEXT_LIMIT)}") from err
+                         f"{quoted(str(err), FREE_TEXT_LIMIT)}; change the messages to what "
+                         "the template accepts (roles, their order, tool calls)") from err
     return str(text)
 
 

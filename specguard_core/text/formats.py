@@ -56,7 +56,8 @@ class ResponseFormat:
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as err:
             raise ValueError("response_format has an invalid JSON schema: "
-                             f"{quoted(err.message, FREE_TEXT_LIMIT)}") from None
+                             f"{quoted(err.message, FREE_TEXT_LIMIT)}; fix the schema (JSON "
+                             "Schema 2020-12)") from None
         return cls(schema, name)
 
 
