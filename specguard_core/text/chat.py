@@ -22,8 +22,9 @@ from specguard_core.text.schema import json_problem, loads_untrusted, unresolvab
 from specguard_core.text.tool_choice import ToolChoice, parse_tool_choice
 from specguard_core.types import ToolCall
 
-__all__ = ["InputError", "Message", "ToolChoice", "check_tools", "content_text",
-           "normalise_messages", "parse_tool_call", "render_prompt", "required_tool"]
+__all__ = ["InputError", "Message", "ToolChoice", "check_template_kwargs", "check_tools",
+           "check_unicode", "content_text", "forced_call_prefix", "normalise_messages",
+           "parse_tool_call", "render_prompt", "required_tool", "token_bytes"]
 
 Message = dict[str, Any]
 
