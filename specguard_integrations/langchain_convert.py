@@ -23,7 +23,9 @@ from langchain_core.utils.function_calling import convert_to_json_schema
 
 from specguard_core import GenerationResult, StepRecord, ToolCall
 from specguard_core.text import formats
+from specguard_core.text.errors import quoted
 from specguard_core.text.steps import StepRules, strip_markers
+from specguard_core.text.tool_choice import parse_tool_choice
 from specguard_integrations.common import surfaced
 
 _RULES = StepRules()
@@ -94,38 +96,17 @@ def format_instruction(response_format: dict[str, Any]) -> str:
 
 
 # ---- tools and tool_choice -------------------------------------------------------------------
-def _tool_names(tools: Sequence[dict[str, Any]]) -> set[str]:
-    return {t["function"]["name"] for t in tools}
-
-
-def _choice_name(choice: dict[str, Any]) -> str:
-    if isinstance(choice.get("function"), dict):
-        return str(choice["function"]["name"])
-    if "name" in choice:
-        return str(choice["name"])
-    kind = choice.get("type")
-    if kind in ("any", "auto", "none", "required"):
-        return str(kind)
-    raise ValueError(f"unsupported tool_choice {choice!r}")
-
-
-def normalise_tool_choice(choice: Any, tools: Sequence[dict[str, Any]]) -> str:
-    """Every `tool_choice` form LangChain passes, as the engine's "auto", "none", "required" or a
-    tool name: "any"/"required"/True, "auto"/None/False, "none", a name, OpenAI's and Anthropic's
-    dicts."""
-    if choice is None or choice is False:
-        return "auto"
-    if choice is True:
-        return "required"
-    name = _choice_name(choice) if isinstance(choice, dict) else str(choice)
-    if name in ("any", "required"):
-        return "required"
-    if name in ("auto", "none"):
-        return name
-    if name not in _tool_names(tools):
-        raise ValueError(f"tool_choice names {name!r}, which is not among the bound tools "
-                         f"{sorted(_tool_names(tools))}")
-    return name
+def normalise_tool_choice(choice: Any, tools: Sequence[dict[str, Any]]) -> str | dict[str, Any]:
+    """Every `tool_choice` form LangChain passes (`parse_tool_choice` reads them: "any"/
+    "required"/True, "auto"/None/False, "none", a name, OpenAI's and Anthropic's dicts), as the
+    engine's "auto", "none", "required" or a tool name (OpenAI's dict for a tool named like a
+    mode); a name must be one of the bound `tools`."""
+    parsed = parse_tool_choice(choice)
+    names = sorted(t["function"]["name"] for t in tools)
+    if parsed.mode == "function" and parsed.name not in names:
+        raise ValueError(f"tool_choice names {quoted(parsed.name)}, which is not among the bound "
+                         f"tools {names}")
+    return parsed.engine_value()
 
 
 # ---- engine steps -> LangChain chunks ------------------------------------------------------

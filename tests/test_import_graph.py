@@ -24,6 +24,7 @@ CORE_LAYERS = {
     "specguard_core.text": 0, "specguard_core.concurrency": 0, "specguard_core.cache": 0,
     "specguard_core.remote": 0, "specguard_core.engine.verify": 0, "specguard_core.engine.run": 0,
     "specguard_core.models": 1,
+    "specguard_core.text.errors": 0, "specguard_core.text.tool_choice": 1,
     "specguard_core.text.steps": 1, "specguard_core.text.chat": 1,
     "specguard_core.text.schema": 1, "specguard_core.text.formats": 1,
     "specguard_core.concurrency.cpu_runner": 2, "specguard_core.concurrency.turns": 2,

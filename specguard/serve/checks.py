@@ -9,6 +9,8 @@ from typing import Any
 
 from specguard.serve.untrusted import regex_keyword
 from specguard_core.text.chat import _RENDER_ARGS
+from specguard_core.text.errors import InputError
+from specguard_core.text.tool_choice import parse_tool_choice
 
 MAX_TEMPLATE_KWARGS = 16  # chat_template_kwargs: variables per request
 MAX_TEMPLATE_STRING = 1024  # chat_template_kwargs: characters in one string value
@@ -80,18 +82,19 @@ def regex_problems(tools: list[dict[str, Any]] | None, response_format: dict[str
                             "the description instead")]
     return []
 
-def tool_choice_problems(choice: str | dict[str, Any] | None, tools: list[dict[str, Any]] | None
+def tool_choice_problems(choice: Any, tools: list[dict[str, Any]] | None
                          ) -> list[tuple[str, str]]:
-    """tool_choice: one of OpenAI's forms, and tools to choose from when it asks for one."""
+    """tool_choice: one of OpenAI's forms (the engine's parser decides which form was sent; the
+    others it reads, a bare name or Anthropic's dicts, are not this API's), and tools to choose
+    from when it asks for a call."""
     usage = ("tool_choice must be 'none', 'auto', 'required' or {'type': 'function', "
              "'function': {'name': ...}}")
-    if isinstance(choice, dict):
-        fn = choice.get("function")
-        if choice.get("type") != "function" or not isinstance(fn, dict) or \
-                not isinstance(fn.get("name"), str):
-            return [("tool_choice", usage)]
-    elif choice not in (None, "none", "auto", "required"):
+    try:
+        parsed = parse_tool_choice(choice)
+    except InputError:
         return [("tool_choice", usage)]
-    if choice not in (None, "none", "auto") and not tools:
+    if not parsed.openai:
+        return [("tool_choice", usage)]
+    if parsed.mode in ("required", "function") and not tools:
         return [("tool_choice", "tool_choice requires tools; pass the tools to choose from")]
     return []

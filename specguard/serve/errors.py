@@ -2,11 +2,12 @@
 value sent; a failed generation's details (paths, internal model names, a target URL's
 credentials) go to the log, not to the client.
 
-The engine's input errors are written for a library's caller and quote what they refuse (a tool's
-name, a role, a tool_choice, a template's error); `client_safe` rewords one for a remote client:
-every quoted value that is not a word of the API becomes "(not repeated)", the free text after
-a JSON-schema or chat-template error is cut, and a message that still holds a string the client
-sent (or a served model's name) becomes a generic one naming the field.
+The engine's input errors are written for a library's caller: they name the field and the rule,
+and show a value they refuse (a tool's name, a role, a template's or JSON-schema error's text)
+only through `specguard_core.text.errors.quoted`, short printable ASCII in repr quotes.
+`client_safe` rewords one for a remote client: every quoted value that is not a word of the API
+becomes "(not repeated)", a served model's name "the model", and a message that still holds a
+string the client sent (a config error's, say) becomes a generic one naming the field.
 """
 
 from __future__ import annotations
@@ -76,11 +77,10 @@ VOCABULARY = frozenset({
                                   StreamOptions, SpecGuardExtension, ExperimentalKnobs)
                for name in model.model_fields)
 HIDDEN = "(not repeated)"
-# a quoted repr (a str's, not an apostrophe), or one cut short at the end
-_QUOTED = re.compile(r"(?<!\w)(?:'(?:[^'\\\n]|\\.)*(?:'|$)|\"(?:[^\"\\\n]|\\.)*(?:\"|$))")
-_FREE_TEXT = re.compile(r"^(.*?(?:has an invalid JSON schema|the chat template cannot render "
-                        r"this conversation))\b.*$", re.S)
+# a quoted repr (a str's, not an apostrophe), and the "..." after one `quoted` cut short
+_QUOTED = re.compile(r"(?<!\w)(?P<repr>'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")(?:\.\.\.)?")
 _FIELDS = (("tool_choice", "tool_choice"), ("chat_template_kwargs", "chat_template_kwargs"),
+           ("response_format", "response_format"),
            ("tool", "tools"), ("two tools", "tools"), ("message", "messages"),
            ("the prompt", "messages"), ("the chat template", "messages"))
 
@@ -105,7 +105,7 @@ def client_strings(value: Any, shortest: int = 6) -> frozenset[str]:
 
 def _unquoted(match: re.Match[str]) -> str:
     try:
-        value = ast.literal_eval(match.group(0))
+        value = ast.literal_eval(match.group("repr"))
     except (ValueError, SyntaxError):
         return HIDDEN
     return match.group(0) if value in VOCABULARY else HIDDEN
@@ -132,8 +132,6 @@ def client_safe(message: str, sent: Iterable[str] = (), hidden: Iterable[str] = 
     """`message` (an engine's input error) worded for a remote client: no value it quotes, no
     string in `sent` (what the client sent: `client_strings`), each name in `hidden` (the served
     models') as "the model"."""
-    if cut := _FREE_TEXT.match(message):
-        message = f"{cut.group(1)}; fix it (the details are not repeated)"
     for name in hidden:
         message = message.replace(name, "the model") if name else message
     message = _QUOTED.sub(_unquoted, message)

@@ -148,7 +148,8 @@ class ChatCompletionRequest(_Sampling):
 
     messages: list[ChatMessage]
     tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    # any JSON: `checks.tool_choice_problems` takes OpenAI's forms only, with one message
+    tool_choice: Any = None
     parallel_tool_calls: bool | None = None  # false: only the first verified call comes back
     continue_final_message: bool | None = None  # vLLM's; false (a new assistant turn) only
     response_format: dict[str, Any] | None = None

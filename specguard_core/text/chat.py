@@ -17,16 +17,16 @@ from typing import Any
 import jsonschema
 from referencing.exceptions import Unresolvable
 
+from specguard_core.text.errors import FREE_TEXT_LIMIT, InputError, quoted
 from specguard_core.text.schema import json_problem, loads_untrusted, unresolvable_ref, validator
+from specguard_core.text.tool_choice import ToolChoice, parse_tool_choice
 from specguard_core.types import ToolCall
 
+__all__ = ["InputError", "Message", "ToolChoice", "check_template_kwargs", "check_tools",
+           "check_unicode", "content_text", "forced_call_prefix", "normalise_messages",
+           "parse_tool_call", "render_prompt", "required_tool", "token_bytes"]
+
 Message = dict[str, Any]
-ToolChoice = str | dict[str, Any] | None
-
-
-class InputError(ValueError):
-    """Bad input from the caller; the message says what to do."""
-
 
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
 _TEXT_PARTS = {"text", "input_text", "output_text"}
@@ -45,9 +45,9 @@ def check_unicode(value: Any, where: str) -> None:
                 item.encode("utf-8")
             except UnicodeEncodeError as err:
                 raise InputError(
-                    f"{where} contains {item[err.start]!r} at character {err.start}, a lone "
-                    "surrogate that is not valid Unicode (undecodable bytes?); decode the source "
-                    "text with errors='replace' or remove that character") from None
+                    f"{where} contains {quoted(item[err.start])} at character {err.start}, a "
+                    "lone surrogate that is not valid Unicode (undecodable bytes?); decode the "
+                    "source text with errors='replace' or remove that character") from None
         elif isinstance(item, Mapping):
             stack.extend(item.keys())
             stack.extend(item.values())
@@ -73,12 +73,21 @@ def content_text(content: Any, where: str) -> str | None:
         elif kind in _TEXT_PARTS and isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif kind in _MEDIA_PARTS:
-            raise InputError(f"{where}, content part {j} is {kind!r}: SpecGuard's models read "
-                             "text only; remove media parts or describe them in text")
+            raise InputError(f"{where}, content part {j} is {quoted(kind)}: SpecGuard's models "
+                             "read text only; remove media parts or describe them in text")
         else:
             raise InputError(f"{where}, content part {j} is not a text part ({{'type': 'text', "
-                             f"'text': ...}}): got {part!r:.80}")
+                             f"'text': ...}}): {_not_text(part, kind)}")
     return "\n".join(texts)
+
+
+def _not_text(part: Any, kind: Any) -> str:
+    """What is wrong with a content part that is not a text part."""
+    if not isinstance(part, Mapping):
+        return f"it is {quoted(part)}"
+    if kind in _TEXT_PARTS:
+        return "its text is missing or not a string"
+    return f"its type is {quoted(kind)}"
 
 
 def _check_prior_calls(calls: Any, where: str) -> None:
@@ -116,7 +125,8 @@ def normalise_messages(messages_or_prompt: str | Sequence[Message]) -> list[Mess
                              "{'role': 'user', 'content': '...'}")
         m = dict(m)
         if m.get("role") not in _ROLES:
-            raise InputError(f"message {i} has role {m.get('role')!r}; use system/user/assistant/tool")
+            raise InputError(f"message {i} has role {quoted(m.get('role'))}; use "
+                             "system/user/assistant/tool")
         if m["role"] == "developer":  # OpenAI's newer name for system; templates only know system
             m["role"] = "system"
         if "content" in m:
@@ -147,26 +157,28 @@ def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
             )
         name = fn["name"]
         if any(t["function"]["name"] == name for t in checked):
-            raise InputError(f"two tools are named {name!r}; tool names must be unique")
-        check_unicode(tool, f"tool {name!r}")
+            raise InputError(f"two tools are named {quoted(name)}; tool names must be unique")
+        check_unicode(tool, f"tool {quoted(name)}")
         params = fn.get("parameters")
         if params is None:  # omitted or null: no parameters, as OpenAI reads it
             params = {"type": "object", "properties": {}}
         elif not isinstance(params, Mapping):
-            raise InputError(f"tool {name!r} has parameters of type {type(params).__name__}; "
+            raise InputError(f"tool {quoted(name)} has parameters of type {type(params).__name__}; "
                              "pass a JSON schema object ({'type': 'object', 'properties': "
                              "{...}}), or None for a tool that takes no arguments")
         try:
             validator(params).check_schema(params)
             ref = unresolvable_ref(params)
         except jsonschema.SchemaError as err:
-            raise InputError(f"tool {name!r} has an invalid JSON schema: {err.message}") from None
+            raise InputError(f"tool {quoted(name)} has an invalid JSON schema: "
+                             f"{quoted(err.message, FREE_TEXT_LIMIT)}; fix its parameters "
+                             "(JSON Schema 2020-12 unless they name a $schema)") from None
         except RecursionError:
-            raise InputError(f"tool {name!r} has a JSON schema nested too deeply") from None
+            raise InputError(f"tool {quoted(name)} has a JSON schema nested too deeply") from None
         if ref is not None:
-            raise InputError(f"tool {name!r} has a schema $ref {ref!r} that does not resolve inside "
-                             "the schema; SpecGuard never fetches schemas: inline the definition "
-                             "under $defs")
+            raise InputError(f"tool {quoted(name)} has a schema $ref {quoted(ref)} that does not "
+                             "resolve inside the schema; SpecGuard never fetches schemas: inline "
+                             "the definition under $defs")
         checked.append({"type": "function", "function": {**fn, "parameters": params}})
     return checked
 
@@ -184,8 +196,8 @@ def _arguments_as_dicts(messages: list[Message]) -> list[Message]:
                     try:
                         fn["arguments"] = loads_untrusted(fn["arguments"] or "{}")
                     except (ValueError, RecursionError):
-                        raise InputError(f"tool call {fn.get('name')!r} has arguments that are not "
-                                         "JSON") from None
+                        raise InputError(f"tool call {quoted(fn.get('name'))} has arguments "
+                                         "that are not JSON") from None
                 fixed.append({**c, "type": "function", "function": fn})
             m = {**m, "tool_calls": fixed}
         if m.get("content") is None:
@@ -212,8 +224,10 @@ def check_template_kwargs(template_kwargs: Mapping[str, Any] | None) -> dict[str
                          f"{{'enable_thinking': False}}), got {type(template_kwargs).__name__}")
     bad = sorted(str(k) for k in template_kwargs if not isinstance(k, str) or k in _RENDER_ARGS)
     if bad:
-        raise InputError(f"chat_template_kwargs cannot set {bad}: the names must be strings, and "
-                         "messages, tools and the rendering options are set by SpecGuard itself")
+        shown = ", ".join(quoted(k) for k in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        raise InputError(f"chat_template_kwargs cannot set [{shown}]: the names must be strings, "
+                         "and messages, tools and the rendering options are set by SpecGuard "
+                         "itself")
     check_unicode(template_kwargs, "chat_template_kwargs")
     return dict(template_kwargs)
 
@@ -228,13 +242,15 @@ def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str,
         if tools:
             raise InputError("this tokenizer has no chat template, so it cannot render tools")
         return "\n\n".join(str(m["content"]) for m in messages) + "\n\n"
+    conversation = _arguments_as_dicts(messages)  # its own errors are not the template's
     try:
         text = tokenizer.apply_chat_template(
-            _arguments_as_dicts(messages), tools=tools or None, tokenize=False,
-            add_generation_prompt=True, **extra,
+            conversation, tools=tools or None, tokenize=False, add_generation_prompt=True, **extra,
         )
     except Exception as err:  # jinja raises many types; the user needs the template's own message
-        raise InputError(f"the chat template cannot render this conversation: {err}") from err
+        raise InputError("the chat template cannot render this conversation: "
+                         f"{quoted(str(err), FREE_TEXT_LIMIT)}; change the messages to what "
+                         "the template accepts (roles, their order, tool calls)") from err
     return str(text)
 
 
@@ -308,31 +324,9 @@ def parse_tool_call(text: str, tools: list[dict[str, Any]], tokenizer: Any = Non
 
 
 def required_tool(tool_choice: ToolChoice, tools: list[dict[str, Any]]) -> str | None:
-    """"*" when any tool call is required, a name when that tool is required, None otherwise.
-
-    Accepts "auto", "none", "required", "any", a tool name, True, OpenAI's
-    {"type": "function", "function": {"name": ...}}, or {"type": "auto"|"none"|"required"|"any"}.
-    """
-    if isinstance(tool_choice, Mapping):
-        kind = tool_choice.get("type")
-        fn = tool_choice.get("function")
-        name = fn.get("name") if isinstance(fn, Mapping) else tool_choice.get("name")
-        if name is None and kind in ("auto", "none", "required", "any"):
-            return required_tool(kind, tools)
-        if not isinstance(name, str) or not name:
-            raise InputError(f"tool_choice {dict(tool_choice)!r} names no tool; use "
-                             "{'type': 'function', 'function': {'name': ...}} or 'auto'/'required'")
-        tool_choice = name
-    if tool_choice in (None, "auto", "none", False) or not tools:
-        return None
-    if tool_choice in ("required", "any", True):
-        return "*"
-    if not isinstance(tool_choice, str):
-        raise InputError(f"tool_choice {tool_choice!r} is not understood; use 'auto', 'none', "
-                         "'required', a tool name or {'type': 'function', 'function': {'name': ...}}")
-    if tool_choice not in {t["function"]["name"] for t in tools}:
-        raise InputError(f"tool_choice names {tool_choice!r}, which is not among the tools offered")
-    return tool_choice
+    """"*" when any tool call is required, a name when that tool is required, None otherwise:
+    `tool_choice` in any form `parse_tool_choice` reads, `tools` the checked tools offered."""
+    return parse_tool_choice(tool_choice).required(tools)
 
 
 def forced_call_prefix(required: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 
 from specguard_core.text.chat import content_text
+from specguard_core.text.errors import FREE_TEXT_LIMIT, quoted
 
 _FENCE_OPEN = re.compile(r"^```(?:json)?\s*")
 _NUMBER_START = re.compile(r"-?\d*\.?\d*(?:[eE][-+]?\d*)?")
@@ -41,7 +42,8 @@ class ResponseFormat:
             return cls()
         if not isinstance(value, dict):
             raise ValueError(f"response_format must be 'json', a JSON schema or OpenAI's "
-                             f"{{'type': 'json_schema' | 'json_object', ...}}, not {value!r}")
+                             f"{{'type': 'json_schema' | 'json_object', ...}}, not "
+                             f"{quoted(value)}")
         if value.get("type") == "json_schema":
             spec = value.get("json_schema")
             if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
@@ -53,7 +55,9 @@ class ResponseFormat:
         try:
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as err:
-            raise ValueError(f"response_format has an invalid JSON schema: {err.message}") from None
+            raise ValueError("response_format has an invalid JSON schema: "
+                             f"{quoted(err.message, FREE_TEXT_LIMIT)}; fix the schema (JSON "
+                             "Schema 2020-12)") from None
         return cls(schema, name)
 
 

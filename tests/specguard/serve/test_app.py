@@ -287,6 +287,10 @@ def test_logprobs_of_the_answer_tokens(base: str) -> None:
     ({"messages": []}, "messages", "messages is empty"),
     ({"messages": [{"role": "robot", "content": "hi"}]}, "messages",
      "has role (not repeated); use system/user/assistant/tool"),
+    ({"messages": [{"role": "robot" * 100, "content": "hi"}]}, "messages",
+     "has role (not repeated); use system/user/assistant/tool"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {
+        "type": "objekt"}}}}, "response_format", "invalid JSON schema: (not repeated); fix"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]},
      "tools", "invalid JSON schema"),
     ({"tools": [{"type": "retrieval"}]}, "tools", "not an OpenAI-style function tool"),
