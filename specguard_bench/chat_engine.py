@@ -38,6 +38,7 @@ from specguard_core.text.chat import (
     required_tool,
 )
 from specguard_core.text.steps import StepRules, segment, step_kind, strip_markers
+from specguard_core.text.tool_choice import parse_tool_choice
 from specguard_core.types import (
     FinishReason,
     GenerationResult,
@@ -107,7 +108,7 @@ class MethodEngine(SpecGuardEngine):
         if timeout is not None and not timeout > 0:
             raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
         messages = normalise_messages(messages_or_prompt)
-        checked = [] if tool_choice == "none" else check_tools(tools)
+        checked = [] if parse_tool_choice(tool_choice).mode == "none" else check_tools(tools)
         required = required_tool(tool_choice, checked)
         holder: dict[str, GenerationResult] = {}
         steps = self._plain_steps(messages, checked, required, cfg, timeout, holder)

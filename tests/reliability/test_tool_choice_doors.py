@@ -123,8 +123,7 @@ def test_every_door_refuses_a_bad_form(engine: SpecGuardEngine, base: str, hande
     assert err["param"] == "tool_choice" and "nope" not in err["message"]
 
 
-@pytest.mark.parametrize("choice", ["none", pytest.param({"type": "none"}, marks=pytest.mark.xfail(
-    strict=True, reason="SpecGuardEngine.stream drops the tools for the string 'none' only"))])
+@pytest.mark.parametrize("choice", ["none", {"type": "none"}])
 def test_none_offers_no_tools_whatever_its_form(engine: SpecGuardEngine, choice: Any) -> None:
     result = engine.generate("hi", tools=TOOLS, tool_choice=choice)
     assert result.text == "No tools offered.\n\nDone." and not result.tool_calls
