@@ -27,6 +27,8 @@ CORE_LAYERS = {
     "specguard_core.text.errors": 0, "specguard_core.text.tool_choice": 1,
     "specguard_core.text.steps": 1, "specguard_core.text.chat": 1,
     "specguard_core.text.schema": 1, "specguard_core.text.formats": 1,
+    "specguard_core.text.messages": 1, "specguard_core.text.tool_calls": 1,
+    "specguard_core.text.vocab_bytes": 0,
     "specguard_core.concurrency.cpu_runner": 2, "specguard_core.concurrency.turns": 2,
     "specguard_core.engine.verify.signals": 2, "specguard_core.engine.sampling": 2,
     "specguard_core.remote.deadline": 2, "specguard_core.engine.verify.fingerprint": 2,
