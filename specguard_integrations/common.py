@@ -6,8 +6,9 @@ One vocabulary for `ChatSpecGuard` and `SpecGuardLLM`:
 
 - the pair: `engine=` (a ready `SpecGuardEngine`), or `draft=` and `target=` (`model=` is the
   target, LangChain's standard name), loaded on first use;
-- the configuration: `config=SpecGuardConfig(...)` or `preset="paper" | "fast"` is the base of
-  every call (else the engine's own config), then the knob fields below, then per-call keywords;
+- the configuration: `config=SpecGuardConfig(...)` or `preset="paper" | "balanced" | "fast"` is
+  the base of every call (else the engine's own config), then the knob fields below, then
+  per-call keywords;
 - knobs (LangChain's standard names): `temperature`, `max_tokens`, `top_p`, `top_k`, `min_p`,
   `repetition_penalty`, `stop`, `seed`, `timeout`, and SpecGuard's `k`, `tau`, `beta`,
   `max_steps`;
