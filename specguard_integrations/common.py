@@ -6,8 +6,9 @@ One vocabulary for `ChatSpecGuard` and `SpecGuardLLM`:
 
 - the pair: `engine=` (a ready `SpecGuardEngine`), or `draft=` and `target=` (`model=` is the
   target, LangChain's standard name), loaded on first use;
-- the configuration: `config=SpecGuardConfig(...)` or `preset="paper" | "fast"` is the base of
-  every call (else the engine's own config), then the knob fields below, then per-call keywords;
+- the configuration: `config=SpecGuardConfig(...)` or `preset="paper" | "balanced" | "fast"` is
+  the base of every call (else the engine's own config), then the knob fields below, then
+  per-call keywords;
 - knobs (LangChain's standard names): `temperature`, `max_tokens`, `top_p`, `top_k`, `min_p`,
   `repetition_penalty`, `stop`, `seed`, `timeout`, and SpecGuard's `k`, `tau`, `beta`,
   `max_steps`;
@@ -38,14 +39,8 @@ from specguard_core.config import preset as make_preset
 from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import resolve
 from specguard_core.types import ToolCall
+from specguard_integrations.fields import LOADER_OPTIONS, config_name
 
-KNOBS = ("temperature", "max_tokens", "top_p", "top_k", "min_p", "repetition_penalty", "stop",
-         "seed", "k", "tau", "beta", "max_steps")
-# the adapters' separate loader fields: `LoadOptions` fields, an alternative to `load_options=`
-LOADER_OPTIONS = ("device", "dtype", "draft_device", "target_device", "draft_dtype",
-                  "target_dtype", "device_map", "max_memory", "revision", "trust_remote_code",
-                  "quantization_config", "target_model", "target_tokenizer", "target_timeout",
-                  "target_api_key")
 # names of remote-API clients that make no sense in-process: what to do instead
 REMOTE_ONLY = {name: "the models run in this process; to talk to a `specguard serve` server, use "
                "an OpenAI-compatible client (ChatOpenAI / OpenAILike) with that URL"
@@ -109,8 +104,7 @@ def base_config(config: SpecGuardConfig | None, preset: str | None,
 def knob_overrides(knobs: Mapping[str, Any]) -> dict[str, Any]:
     """Adapter knob names as SpecGuardConfig fields (`max_tokens` -> `max_new_tokens`, `stop` as a
     tuple); None values are left out."""
-    out = {("max_new_tokens" if k == "max_tokens" else k): v for k, v in knobs.items()
-           if v is not None}
+    out = {config_name(k): v for k, v in knobs.items() if v is not None}
     if "stop" in out:
         out["stop"] = tuple(out["stop"])
     return out

@@ -29,8 +29,8 @@ from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
 from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.text.chat import check_template_kwargs
+from specguard_integrations import fields as doc
 from specguard_integrations.common import (
-    KNOBS,
     check_arguments,
     check_config_choice,
     check_placement,
@@ -62,66 +62,69 @@ class ChatSpecGuard(Calls, BaseChatModel):
     `specguard serve` server, use ChatOpenAI(base_url=...) itself.)
     """
 
-    injected_engine: SpecGuardEngine | None = Field(default=None, alias="engine", exclude=True)
-    """A ready engine (pass it as `engine=`); when None, `draft` and `model` load on first use."""
-    model: str | None = Field(default=None, validation_alias=AliasChoices("model", "target"))
-    """The target model (id, folder, `.gguf` or cached name); the engine's name if injected."""
-    draft: str | None = None
-    config: SpecGuardConfig | None = None
-    """Base configuration of every call; `preset` is the alternative (`"paper"`, `"balanced"` or
-    `"fast"`); neither: the engine's own config (`balanced` unless it was given another)."""
-    preset: str | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    """Sample from the k most likely tokens only (draft and target); None: the config's (0: all)."""
-    min_p: float | None = None
-    """Drop tokens below min_p times the top token's probability; None: the config's."""
-    repetition_penalty: float | None = None
-    """transformers' repetition penalty (> 1 discourages repeats, greedy too); None: the config's."""
-    stop: list[str] | None = None
-    seed: int | None = None
-    timeout: float | None = None
-    max_retries: int = 2
-    logprobs: bool | None = None
-    """Put each answer token's log-probability, under the model that wrote it (the draft for its
-    kept tokens, the target for its own; raw, before sampling knobs), in
-    `response_metadata["logprobs"]["content"]` (ChatOpenAI's shape; no `top_logprobs`)."""
-    chat_template_kwargs: dict[str, Any] | None = None
-    """Extra variables for the chat template, as vLLM's `chat_template_kwargs` (e.g. Qwen3's
-    `{"enable_thinking": False}`); a call's `chat_template_kwargs=` adds to (and overrides) them."""
-    api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
-    """Ignored (in-process models need no key); accepted so ChatOpenAI-style code can switch."""
-    streaming: bool = False
-    k: int | None = None
-    tau: float | None = None
-    beta: float | None = None
-    max_steps: int | None = None
-    # loader options (used only when ChatSpecGuard loads the pair itself): all in one
-    load_options: LoadOptions | None = Field(default=None, exclude=True)
-    """Every loader option as one `LoadOptions` (instead of the separate fields below)."""
-    device: str = "auto"
-    dtype: str = "auto"
-    draft_device: str | None = None
-    """Device of the draft only (None: `device`); e.g. "cpu" beside a target on "cuda"."""
-    target_device: str | None = None
-    draft_dtype: str | None = None
-    """dtype of the draft only (None: `dtype`); e.g. "float32" beside a "bfloat16" target."""
-    target_dtype: str | None = None
-    device_map: Any = None
-    max_memory: dict[Any, Any] | None = None
-    revision: str | None = None
-    trust_remote_code: bool = False
-    quantization_config: Any = Field(default=None, exclude=True)
-    engine_config: EngineConfig | None = None
+    injected_engine: SpecGuardEngine | None = Field(
+        default=None, alias="engine", exclude=True, description="a ready SpecGuardEngine (pass it "
+        "as engine=); None: draft and model load on first use")
+    model: str | None = Field(default=None, validation_alias=AliasChoices("model", "target"),
+                              description=f"{doc.TARGET}; with engine=, the engine's name "
+                              "(target= is the same argument)")
+    draft: str | None = Field(default=None, description=doc.DRAFT)
+    config: SpecGuardConfig | None = Field(default=None, description=doc.CONFIG)
+    preset: str | None = Field(default=None, description=doc.PRESET)
+    temperature: float | None = Field(default=None, description=doc.knob("temperature",
+                                                                         "sampling temperature: "))
+    max_tokens: int | None = Field(default=None, description=doc.knob("max_tokens"))
+    top_p: float | None = Field(default=None, description=doc.knob("top_p"))
+    top_k: int | None = Field(default=None, description=doc.knob("top_k"))
+    min_p: float | None = Field(default=None, description=doc.knob("min_p"))
+    repetition_penalty: float | None = Field(default=None,
+                                             description=doc.knob("repetition_penalty"))
+    stop: list[str] | None = Field(default=None, description=doc.knob("stop"))
+    seed: int | None = Field(default=None, description=doc.knob("seed"))
+    timeout: float | None = Field(default=None, description=doc.TIMEOUT)
+    max_retries: int = Field(default=2, description="accepted for ChatOpenAI-style code and "
+                             "unused: local generation has no transient failures to retry")
+    logprobs: bool | None = Field(
+        default=None, description="put each answer token's log-probability, under the model that "
+        "wrote it (raw, before sampling knobs), in response_metadata['logprobs']['content'] "
+        "(ChatOpenAI's shape, no top_logprobs); a call's logprobs= overrides it; None: off")
+    chat_template_kwargs: dict[str, Any] | None = Field(default=None,
+                                                        description=doc.CHAT_TEMPLATE_KWARGS)
+    api_key: SecretStr | None = Field(
+        default=None, exclude=True, repr=False, description="ignored: the models run in this "
+        "process and need no key; accepted so ChatOpenAI-style code can switch")
+    streaming: bool = Field(
+        default=False, description="LangChain's streaming flag: True runs invoke through the "
+        "stream path, an explicit False never does; unset: when a streaming callback asks (the "
+        "result and per-step token callbacks are the same either way)")
+    k: int | None = Field(default=None, description=doc.knob("k"))
+    tau: float | None = Field(default=None, description=doc.knob("tau", "acceptance threshold: "))
+    beta: float | None = Field(default=None, description=doc.knob("beta"))
+    max_steps: int | None = Field(default=None, description=doc.knob("max_steps"))
+    # loader options (used only when ChatSpecGuard loads the pair itself): all in one, or apart
+    load_options: LoadOptions | None = Field(default=None, exclude=True,
+                                             description=doc.LOAD_OPTIONS)
+    device: str = Field(default="auto", description=doc.loader("device"))
+    dtype: str = Field(default="auto", description=doc.loader("dtype"))
+    draft_device: str | None = Field(default=None, description=doc.loader("draft_device"))
+    target_device: str | None = Field(default=None, description=doc.loader("target_device"))
+    draft_dtype: str | None = Field(default=None, description=doc.loader("draft_dtype"))
+    target_dtype: str | None = Field(default=None, description=doc.loader("target_dtype"))
+    device_map: Any = Field(default=None, description=doc.loader("device_map"))
+    max_memory: dict[Any, Any] | None = Field(default=None, description=doc.loader("max_memory"))
+    revision: str | None = Field(default=None, description=doc.loader("revision"))
+    trust_remote_code: bool = Field(default=False, description=doc.loader("trust_remote_code"))
+    quantization_config: Any = Field(default=None, exclude=True,
+                                     description=doc.loader("quantization_config"))
+    engine_config: EngineConfig | None = Field(default=None, description=doc.ENGINE_CONFIG)
     # a target on a vLLM server: model="http://HOST:PORT/v1" (or target=) and the served name
-    target_model: str | None = None
-    target_tokenizer: str | None = None
-    target_timeout: float | None = None
-    target_api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
-    overrides: dict[str, Any] = Field(default_factory=dict, exclude=True)
-    """SpecGuardConfig overrides from the deprecated `model_kwargs=`."""
+    target_model: str | None = Field(default=None, description=doc.loader("target_model"))
+    target_tokenizer: str | None = Field(default=None, description=doc.loader("target_tokenizer"))
+    target_timeout: float | None = Field(default=None, description=doc.loader("target_timeout"))
+    target_api_key: SecretStr | None = Field(default=None, exclude=True, repr=False,
+                                             description=doc.TARGET_API_KEY)
+    overrides: dict[str, Any] = Field(default_factory=dict, exclude=True,
+                                      description=doc.OVERRIDES)
 
     _loaded: SpecGuardEngine | None = PrivateAttr(default=None)
     _tokenizer: Any = PrivateAttr(default=None)
@@ -173,7 +176,7 @@ class ChatSpecGuard(Calls, BaseChatModel):
 
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        knobs = {name: getattr(self, name) for name in KNOBS}
+        knobs = {name: getattr(self, name) for name in doc.KNOBS}
         return {"model": self.model, "draft": self.draft, "preset": self.preset, **knobs,
                 "chat_template_kwargs": self.chat_template_kwargs, **self.overrides}
 

@@ -24,7 +24,8 @@ from specguard_core.engine.loop import GenerationStream
 from specguard_core.text.chat import check_template_kwargs
 from specguard_core.text.formats import with_instruction
 from specguard_core.types import StepRecord
-from specguard_integrations.common import KNOBS, base_config, knob_overrides, request_config
+from specguard_integrations.common import base_config, knob_overrides, request_config
+from specguard_integrations.fields import KNOBS
 from specguard_integrations.langchain_convert import (
     Translator,
     final_chunk,

@@ -70,6 +70,7 @@ from specguard_core.config import EngineConfig, SpecGuardConfig
 from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.text.chat import check_template_kwargs
+from specguard_integrations import fields as doc
 from specguard_integrations.common import (
     check_arguments,
     check_config_choice,
@@ -102,62 +103,62 @@ class SpecGuardLLM(ToolCalls, ChatCalls, FunctionCallingLLM):
 
     model_config = ConfigDict(protected_namespaces=())
 
-    draft: str | None = Field(default=None, description="draft model (id, folder or .gguf)")
-    target: str | None = Field(default=None, description="target model (id, folder or .gguf)")
-    config: SpecGuardConfig | None = Field(default=None, description="base config of every call")
-    preset: str | None = Field(default=None, description="config preset (paper, balanced or "
-                               "fast); neither this nor config: the engine's own (balanced)")
-    temperature: float | None = Field(default=None, ge=0.0)
-    max_tokens: int | None = Field(default=None, ge=1, description="max tokens per answer")
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1, description="sample from the k most likely "
-                              "tokens only (0 or -1: all)")
-    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description="drop tokens below "
-                                "min_p times the top token's probability")
-    repetition_penalty: float | None = Field(default=None, gt=0.0, description="transformers' "
-                                             "repetition penalty (> 1 discourages repeats)")
-    stop: list[str] | None = Field(default=None)
-    seed: int | None = Field(default=None)
-    timeout: float | None = Field(default=None, gt=0, description="seconds for the whole call "
-                                  "(the engine stops within one forward pass)")
-    k: int | None = Field(default=None, ge=1, description="draft candidates per step")
-    tau: float | None = Field(default=None, description="acceptance threshold")
-    beta: float | None = Field(default=None, ge=0.0, le=1.0)
-    max_steps: int | None = Field(default=None, ge=1)
+    draft: str | None = Field(default=None, description=doc.DRAFT)
+    target: str | None = Field(default=None, description=f"{doc.TARGET}; unused with engine= "
+                               "(model= is the same argument)")
+    config: SpecGuardConfig | None = Field(default=None, description=doc.CONFIG)
+    preset: str | None = Field(default=None, description=doc.PRESET)
+    temperature: float | None = Field(default=None, ge=0.0, description=doc.knob(
+        "temperature", "sampling temperature: "))
+    max_tokens: int | None = Field(default=None, ge=1, description=doc.knob("max_tokens"))
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, description=doc.knob("top_p"))
+    top_k: int | None = Field(default=None, ge=-1, description=doc.knob("top_k"))
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description=doc.knob("min_p"))
+    repetition_penalty: float | None = Field(default=None, gt=0.0,
+                                             description=doc.knob("repetition_penalty"))
+    stop: list[str] | None = Field(default=None, description=doc.knob("stop"))
+    seed: int | None = Field(default=None, description=doc.knob("seed"))
+    timeout: float | None = Field(default=None, gt=0, description=doc.TIMEOUT)
+    k: int | None = Field(default=None, ge=1, description=doc.knob("k"))
+    tau: float | None = Field(default=None, description=doc.knob("tau", "acceptance threshold: "))
+    beta: float | None = Field(default=None, ge=0.0, le=1.0, description=doc.knob("beta"))
+    max_steps: int | None = Field(default=None, ge=1, description=doc.knob("max_steps"))
     logprobs: bool = Field(default=False, description="put each answer token's log-probability "
-                           "(under the model that wrote it) in ChatResponse.logprobs (chat only)")
+                           "(under the model that wrote it) in ChatResponse.logprobs (chat only); "
+                           "a call's logprobs= overrides it; False: off")
     # loader options (used only when SpecGuardLLM loads the pair itself): all in one, or apart
-    load_options: LoadOptions | None = Field(
-        default=None, exclude=True, description="every loader option as one LoadOptions "
-        "(instead of the separate fields below)")
-    device: str = Field(default="auto", description="device for lazy loading")
-    dtype: str = Field(default="auto", description="dtype for lazy loading")
-    draft_device: str | None = Field(default=None, description="device of the draft only")
-    target_device: str | None = Field(default=None, description="device of the target only")
-    draft_dtype: str | None = Field(default=None, description="dtype of the draft only")
-    target_dtype: str | None = Field(default=None, description="dtype of the target only")
-    device_map: Any = Field(default=None)
-    max_memory: dict[Any, Any] | None = Field(default=None)
-    revision: str | None = Field(default=None)
-    trust_remote_code: bool = Field(default=False, description="run a model folder's own code")
-    quantization_config: Any = Field(default=None, exclude=True)
-    engine_config: EngineConfig | None = Field(default=None)
+    load_options: LoadOptions | None = Field(default=None, exclude=True,
+                                             description=doc.LOAD_OPTIONS)
+    device: str = Field(default="auto", description=doc.loader("device"))
+    dtype: str = Field(default="auto", description=doc.loader("dtype"))
+    draft_device: str | None = Field(default=None, description=doc.loader("draft_device"))
+    target_device: str | None = Field(default=None, description=doc.loader("target_device"))
+    draft_dtype: str | None = Field(default=None, description=doc.loader("draft_dtype"))
+    target_dtype: str | None = Field(default=None, description=doc.loader("target_dtype"))
+    device_map: Any = Field(default=None, description=doc.loader("device_map"))
+    max_memory: dict[Any, Any] | None = Field(default=None, description=doc.loader("max_memory"))
+    revision: str | None = Field(default=None, description=doc.loader("revision"))
+    trust_remote_code: bool = Field(default=False, description=doc.loader("trust_remote_code"))
+    quantization_config: Any = Field(default=None, exclude=True,
+                                     description=doc.loader("quantization_config"))
+    engine_config: EngineConfig | None = Field(default=None, description=doc.ENGINE_CONFIG)
     # a target on a vLLM server: target="http://HOST:PORT/v1" and the served name
-    target_model: str | None = Field(default=None, description="served model name at a target URL")
-    target_tokenizer: str | None = Field(default=None, description="local tokenizer of a served "
-                                         "target (default: its served name if cached, else the "
-                                         "draft's)")
-    target_timeout: float | None = Field(default=None, gt=0, description="seconds per answer of "
-                                         "the target server")
-    target_api_key: SecretStr | None = Field(default=None, exclude=True, repr=False)
-    chat_template_kwargs: dict[str, Any] | None = Field(
-        default=None, description="extra chat-template variables, as vLLM's chat_template_kwargs "
-        "(e.g. Qwen3's {'enable_thinking': False}); a call's chat_template_kwargs= adds to them")
+    target_model: str | None = Field(default=None, description=doc.loader("target_model"))
+    target_tokenizer: str | None = Field(default=None, description=doc.loader("target_tokenizer"))
+    target_timeout: float | None = Field(default=None, gt=0,
+                                         description=doc.loader("target_timeout"))
+    target_api_key: SecretStr | None = Field(default=None, exclude=True, repr=False,
+                                             description=doc.TARGET_API_KEY)
+    chat_template_kwargs: dict[str, Any] | None = Field(default=None,
+                                                        description=doc.CHAT_TEMPLATE_KWARGS)
     context_window: int | None = Field(
-        default=None, ge=1, description="override of the models' context window")
-    model_name: str | None = Field(default=None, description="name reported in metadata")
+        default=None, ge=1, description="the context window metadata reports; None: the loaded "
+        "engine's, else the smaller max_position_embeddings of the pair's local config.json files, "
+        "else LlamaIndex's default")
+    model_name: str | None = Field(default=None, description="the model name metadata reports; "
+                                   "None: the loaded engine's, else specguard:DRAFT+TARGET")
     overrides: dict[str, Any] = Field(default_factory=dict, exclude=True,
-                                      description="from the deprecated generate_kwargs")
+                                      description=doc.OVERRIDES)
 
     _engine: Any = PrivateAttr(default=None)
     _load_lock: Any = PrivateAttr(default_factory=threading.Lock)

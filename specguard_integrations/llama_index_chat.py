@@ -26,7 +26,8 @@ from specguard_core.config import SpecGuardConfig, override_names
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.text.chat import check_template_kwargs
 from specguard_core.types import GenerationResult, StepRecord
-from specguard_integrations.common import KNOBS, base_config, knob_overrides, request_config
+from specguard_integrations.common import base_config, knob_overrides, request_config
+from specguard_integrations.fields import KNOBS
 from specguard_integrations.llama_index_convert import Turn, chat_response, to_engine_messages
 from specguard_integrations.llama_index_engine import EngineOwner
 
