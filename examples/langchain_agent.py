@@ -23,8 +23,8 @@ from specguard_integrations import ChatSpecGuard
 
 QUESTION = "A box holds 17 pens. How many pens are in 23 boxes? Use a tool to compute it."
 ANSWER = "391"
-SYSTEM = ("Use the tools for arithmetic. Once you have the tool's result, reply to the user in one "
-          "plain English sentence that states the number.")
+SYSTEM = ("Always answer arithmetic with a tool call. When you have the tool's result, reply with "
+          "one sentence that states the number.")
 MAX_TOKENS = 128
 
 
