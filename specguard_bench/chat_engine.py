@@ -30,15 +30,13 @@ from specguard_core.text.chat import (
     InputError,
     Message,
     ToolChoice,
-    check_tools,
     forced_call_prefix,
     normalise_messages,
+    offered_tools,
     parse_tool_call,
     render_prompt,
-    required_tool,
 )
 from specguard_core.text.steps import StepRules, segment, step_kind, strip_markers
-from specguard_core.text.tool_choice import parse_tool_choice
 from specguard_core.types import (
     FinishReason,
     GenerationResult,
@@ -108,8 +106,7 @@ class MethodEngine(SpecGuardEngine):
         if timeout is not None and not timeout > 0:
             raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
         messages = normalise_messages(messages_or_prompt)
-        checked = [] if parse_tool_choice(tool_choice).mode == "none" else check_tools(tools)
-        required = required_tool(tool_choice, checked)
+        checked, required = offered_tools(tools, tool_choice)
         holder: dict[str, GenerationResult] = {}
         steps = self._plain_steps(messages, checked, required, cfg, timeout, holder)
         return GenerationStream(steps, holder, threading.Event())

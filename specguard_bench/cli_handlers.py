@@ -72,12 +72,7 @@ def _bench(args: argparse.Namespace, sets: dict[str, Any]) -> None:
         sets=sets,
         max_new_tokens=_max_new_tokens(args),
         dataset_file=args.dataset_file,
-        draft=args.draft,
-        target=args.target,
-        device=load.device,
-        dtype=load.dtype,
-        load=load.in_process(),
-        heterogeneous=args.heterogeneous,
+        **_pair(args, load),
         batching=args.batching,
         max_batch_rows=_max_batch_rows(args),
         bounds_path=args.bounds,
@@ -173,6 +168,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pair(args: argparse.Namespace, load: LoadOptions) -> dict[str, Any]:
+    """The `PairSettings` fields that bench and calibrate take alike from the command line."""
+    return {"draft": args.draft, "target": args.target, "device": load.device,
+            "dtype": load.dtype, "load": load.in_process(), "heterogeneous": args.heterogeneous}
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Handler of `calibrate`: writes the bounds JSON and prints it."""
     from specguard_bench.calibrate import CalibrateSettings, run_calibrate
@@ -190,12 +191,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 preset=args.preset,
                 sets=parse_sets(args.sets),
                 max_new_tokens=_max_new_tokens(args),
-                draft=args.draft,
-                target=args.target,
-                device=load.device,
-                dtype=load.dtype,
-                load=load.in_process(),
-                heterogeneous=args.heterogeneous,
+                **_pair(args, load),
                 low_q=args.low_q,
                 high_q=args.high_q,
                 progress=not args.no_progress,

@@ -21,7 +21,7 @@ from specguard_core.text.vocab_bytes import token_bytes
 
 __all__ = ["InputError", "Message", "ToolChoice", "check_template_kwargs", "check_tools",
            "check_unicode", "content_text", "forced_call_prefix", "normalise_messages",
-           "parse_tool_call", "render_prompt", "required_tool", "token_bytes"]
+           "offered_tools", "parse_tool_call", "render_prompt", "required_tool", "token_bytes"]
 
 
 def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -136,6 +136,15 @@ def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str,
                          f"{quoted(str(err), FREE_TEXT_LIMIT)}; change the messages to what "
                          "the template accepts (roles, their order, tool calls)") from err
     return str(text)
+
+
+def offered_tools(tools: Sequence[dict[str, Any]] | None, tool_choice: ToolChoice
+                  ) -> tuple[list[dict[str, Any]], str | None]:
+    """The tools the model is shown, checked (none when `tool_choice` is "none" in any form), and
+    what `tool_choice` requires of them (as `required_tool`); the choice is read once."""
+    choice = parse_tool_choice(tool_choice)
+    checked = [] if choice.mode == "none" else check_tools(tools)
+    return checked, choice.required(checked)
 
 
 def required_tool(tool_choice: ToolChoice, tools: list[dict[str, Any]]) -> str | None:

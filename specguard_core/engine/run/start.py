@@ -25,14 +25,12 @@ from specguard_core.text.chat import (
     InputError,
     Message,
     ToolChoice,
-    check_tools,
     normalise_messages,
+    offered_tools,
     render_prompt,
-    required_tool,
 )
 from specguard_core.text.formats import ResponseFormat
 from specguard_core.text.steps import StepRules
-from specguard_core.text.tool_choice import parse_tool_choice
 
 
 def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
@@ -54,8 +52,7 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
     except ValueError as err:
         raise InputError(str(err)) from None
     messages = normalise_messages(messages_or_prompt)
-    checked = [] if parse_tool_choice(tool_choice).mode == "none" else check_tools(tools)
-    required = required_tool(tool_choice, checked)
+    checked, required = offered_tools(tools, tool_choice)
     prompts = [_prompt(h, messages, checked, chat_template_kwargs)
                for h in (pair.draft, pair.target)]
     req = Request(
