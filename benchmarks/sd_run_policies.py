@@ -259,17 +259,18 @@ def main() -> None:
     if args.cmd == "trace":
         trace(args.run_dir, args.out, args.draft, args.dtype)
         return
-    traces = json.loads(args.trace.read_text())["traces"]
+    stored = json.loads(args.trace.read_text())
+    traces = stored["traces"]
     print(f"{len(traces)} texts, {sum(len(t['match']) for t in traces)} tokens; "
           f"draft {args.draft_s} s/token, target {args.target_s} s/pass\n")
     print("| rule | s/problem | s/token | tokens/pass | wasted draft tokens/problem |")
     print("|---|---|---|---|---|")
     print(f"| target alone | {args.target_s * sum(len(t['match']) for t in traces) / len(traces):.1f}"
           f" | {args.target_s:.3f} | 1 | 0 |")
-    run_dir = Path(json.loads(args.trace.read_text())["run"])
+    run_dir = Path(stored["run"])
     if all("ends" in t for t in traces) or (run_dir / "results.jsonl").exists():
         if not all("ends" in t for t in traces):
-            ends = step_ends(run_dir, json.loads(args.trace.read_text())["draft"])
+            ends = step_ends(run_dir, stored["draft"])
             for t in traces:
                 t["ends"] = ends[t["uid"]]
         rules: list[Rule | CheckRule] = [*RULES, *CHECK_RULES]
