@@ -30,6 +30,7 @@ from specguard_core.engine.stream import GenerationStream
 from specguard_core.engine.verify.signals import percentile_bounds
 from specguard_core.models.loading import check_pair, check_vocab
 from specguard_core.models.options import LoadOptions
+from specguard_core.remote.deadline import capped
 from specguard_core.text.chat import (
     InputError,
     Message,
@@ -223,7 +224,7 @@ class SpecGuardEngine:
                         self.draft.catch_up(req.draft)  # the target prefills when first needed
                     req.stats.add_time("prefill", timed["prefill"])
                 while req.finish is None:
-                    with self._turn(req):
+                    with self._turn(req), capped(req.deadline):  # a served target's calls too
                         record = run_step(self, req, self._selector(req.cfg))
                     yield record
         except Cancelled:

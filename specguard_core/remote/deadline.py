@@ -23,19 +23,43 @@ from typing import Any
 import httpcore
 import httpx
 
-_CALL = threading.local()  # .at: the monotonic deadline of this thread's current call
+# .at: the monotonic deadline of this thread's current call; .cap: the deadline of the request
+# this thread works for (no call of it may end later)
+_CALL = threading.local()
 
 
 @contextmanager
 def within(seconds: float) -> Iterator[None]:
     """Every socket operation of this thread's HTTP calls through a `DeadlineTransport` must end
-    within `seconds` from now (wall clock), or it raises a timeout."""
+    within `seconds` from now (wall clock), and before the request's deadline (`capped`), or it
+    raises a timeout."""
     before = getattr(_CALL, "at", None)
-    _CALL.at = time.monotonic() + seconds
+    at = time.monotonic() + seconds
+    cap = getattr(_CALL, "cap", None)
+    _CALL.at = at if cap is None else min(at, cap)
     try:
         yield
     finally:
         _CALL.at = before
+
+
+@contextmanager
+def capped(at: float | None) -> Iterator[None]:
+    """This thread's calls (`within`) end by `at` (a `time.monotonic()` deadline, None: no cap)
+    at the latest: the deadline of the request they serve, which may come before a call's own."""
+    before = getattr(_CALL, "cap", None)
+    _CALL.cap = at
+    try:
+        yield
+    finally:
+        _CALL.cap = before
+
+
+def cap_passed() -> bool:
+    """Whether this thread's request deadline (`capped`) has passed: a call that timed out then
+    ran out of the request's time rather than its own."""
+    cap = getattr(_CALL, "cap", None)
+    return cap is not None and time.monotonic() >= cap
 
 
 def _left(timeout: float | None, expired: type[httpcore.TimeoutException]) -> float | None:

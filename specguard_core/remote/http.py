@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from specguard_core.concurrency.turns import waiting_io
-from specguard_core.remote.deadline import DeadlineTransport, within
+from specguard_core.remote.deadline import DeadlineTransport, cap_passed, within
 
 # sampling settings a server would otherwise take from the model's generation_config.json
 # (top_k=-1: "disabled" in every vLLM release; newer ones also take 0)
@@ -31,7 +31,8 @@ class ServerClient:
     """vLLM at `url` (`http://HOST:PORT/v1`); requests name `model` (settable: `connect` learns
     it from the server). Constructing one touches no network. `timeout_s` bounds each call as a
     whole, wall clock (connecting, sending, and the answer however slowly it arrives), through
-    `deadline.DeadlineTransport`; `transport` replaces it (tests)."""
+    `deadline.DeadlineTransport`, and no call outlasts the request it serves (`deadline.capped`:
+    then it raises TimeoutError); `transport` replaces it (tests)."""
 
     def __init__(self, url: str, model: str, *, timeout_s: float, api_key: str | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -71,10 +72,14 @@ class ServerClient:
         """The server's JSON object answer; `what` (the engine's purpose) goes into errors."""
         try:
             # the engine's other requests run their steps meanwhile; the whole call, body
-            # included, ends within timeout_s
+            # included, ends within timeout_s and by the request's own deadline
             with waiting_io(), within(self.timeout_s):
                 response = self._client.request(method, url, json=body)
         except httpx.TimeoutException:
+            if cap_passed():
+                raise TimeoutError(
+                    f"the request's timeout ran out while the target server at {self.url} was "
+                    f"answering (asked to {what}); retry with a larger timeout") from None
             raise RemoteTargetError(
                 f"the target server at {self.url} did not answer in full within "
                 f"{self.timeout_s:g}s (asked to {what}); it may be overloaded or still starting: "

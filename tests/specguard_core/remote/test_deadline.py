@@ -91,6 +91,20 @@ def test_a_trickling_server_is_cut_off_at_target_timeout(part: str) -> None:
         client.close()
 
 
+def test_a_call_ends_by_the_requests_deadline_when_that_comes_first() -> None:
+    from specguard_core.remote.deadline import capped
+
+    with server(trickle_from=0, gap_s=0.05) as url:
+        client = ServerClient(url, "tiny", timeout_s=30)
+        began = time.monotonic()
+        with capped(began + 0.5), pytest.raises(TimeoutError, match="request's timeout ran out"):
+            client.complete({"prompt": [1]}, "write a step")
+        assert time.monotonic() - began < 0.5 + 0.5
+        with capped(None):  # no cap: the call's own deadline only
+            pass
+        client.close()
+
+
 def test_an_environment_proxy_is_used_unless_no_proxy_skips_the_host(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from specguard_core.remote.deadline import _env_proxy

@@ -5,6 +5,7 @@ pass, and clear errors for an unreachable, slow, erroring or mismatched server."
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -233,6 +234,20 @@ def test_a_slow_server_times_out_with_a_clear_error(tiny_pair: Any) -> None:
         engine = SpecGuardEngine(d_model, d_tok, target, config=GREEDY)
         with pytest.raises(RemoteTargetError, match=r"did not answer in full within 0.3s.*target_timeout"):
             engine.generate(QUESTION, tau=math.inf)
+
+
+def test_a_slow_server_call_ends_at_the_requests_own_timeout(tiny_pair: Any) -> None:
+    """A request's `timeout` bounds the served target's call too: the call is cut off when the
+    request's time runs out, long before `target_timeout`, as a TimeoutError."""
+    d_model, d_tok, t_model, t_tok = tiny_pair
+    fake = FakeVLLM(t_model, t_tok, name="slow", delay_s=3.0)
+    with live_server(fake.app()) as base:
+        target = RemoteTarget.connect(f"{base}/v1", "slow", t_tok, timeout_s=60)
+        engine = SpecGuardEngine(d_model, d_tok, target, config=GREEDY)
+        began = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"timeout of 1\.0s"):
+            engine.generate(QUESTION, tau=math.inf, timeout=1.0)
+        assert time.monotonic() - began < 2.5  # not the server's 3 s, nor target_timeout
 
 
 def test_a_server_with_another_tokenizer_or_model_is_refused(
