@@ -75,7 +75,8 @@ class Judge:
         """The verdict on the selected draft step, and the target's pass over it when the target
         scored it (tentative: kept or discarded by what follows)."""
         reason, call = structural_check(cand.text, kind, req.tools, req.required,
-                                        self.target.tokenizer, req.response_format,
+                                        self.target.tokenizer, req.response_template,
+                                        req.response_format,
                                         req.answer_text(), cand.end == "eos")
         tpass = None
         if req.cfg.scoring_model == "target":

@@ -89,6 +89,7 @@ class Request:
     prompt_tokens: int
     context_window: int
     tokenizer: Any = None
+    response_template: dict[str, Any] | None = None  # parses tool calls (`text.tool_calls`)
     response_format: ResponseFormat | None = None  # the answer must be JSON (matching a schema)
     stats: RunStats = field(default_factory=RunStats)
     steps: list[StepRecord] = field(default_factory=list)
@@ -157,7 +158,8 @@ class Request:
         self.decided = self.decided or not (was_in_think or self.in_think)
         call = step.tool_call
         if kind == "tool_call":
-            call = call or parse_tool_call(step.text, self.tools, self.tokenizer)
+            call = call or parse_tool_call(step.text, self.tools, self.tokenizer,
+                                          self.response_template)
             (self.tool_calls if call.valid else self.invalid_tool_calls).append(call)
             self.required = None  # owed call made (or failed from both models): stop forcing
         record = StepRecord(

@@ -68,7 +68,9 @@ def _unfenced(text: str) -> str:
 
 
 def _cut_off(body: str, err: json.JSONDecodeError) -> bool:
-    """Whether the JSON error is only that the text ends too early."""
+    """Whether the JSON error is only that the text ends too early. (Not pydantic-core's partial
+    parsing: `from_json(..., allow_partial=True)` also accepts text that is wrong already, such as
+    `{"age": 4x`, returning what it read before the error.)"""
     rest = body[err.pos:].strip()
     return (err.pos >= len(body) or err.msg.startswith("Unterminated string")
             or any(word.startswith(rest) for word in ("true", "false", "null"))

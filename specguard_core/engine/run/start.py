@@ -31,6 +31,7 @@ from specguard_core.text.chat import (
 )
 from specguard_core.text.formats import ResponseFormat
 from specguard_core.text.steps import StepRules
+from specguard_core.text.tool_calls import response_template
 
 
 def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
@@ -63,6 +64,9 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
         generator=torch.Generator(pair.draft.device).manual_seed(cfg.seed),
         prompt_tokens=len(prompts[1]), context_window=pair.context_window,
         tokenizer=pair.target.tokenizer, response_format=fmt, timeout=timeout,
+        # the in-process target's model type, else the draft's (a served target's family)
+        response_template=response_template(pair.target.tokenizer,
+                                            getattr(pair.target, "model", None), pair.draft.model),
         deadline=None if timeout is None else time.monotonic() + timeout,
     )
     req.draft.pending, req.target.pending = prompts
@@ -79,3 +83,4 @@ def _prompt(handle: Target, messages: list[Message], tools: list[dict[str, Any]]
         raise InputError(f"the prompt has {len(ids)} tokens but {handle.name}'s context window "
                          f"is {window}; shorten the conversation or drop earlier messages")
     return ids
+

@@ -103,7 +103,7 @@ def decide_route(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, Route]:
 
 
 def structural_check(text: str, kind: StepKind, tools: list[dict[str, Any]],
-                     required: str | None, tokenizer: Any,
+                     required: str | None, tokenizer: Any, template: dict[str, Any] | None,
                      response_format: ResponseFormat | None = None, answer_before: str = "",
                      done: bool = False) -> tuple[str | None, ToolCall | None]:
     """(reason to reject or None, parsed tool call) for a step of `kind`.
@@ -113,7 +113,7 @@ def structural_check(text: str, kind: StepKind, tools: list[dict[str, Any]],
     one JSON object that matches it (`done`: the step ends the turn, so the object must be whole).
     """
     if kind == "tool_call":
-        call = parse_tool_call(text, tools, tokenizer)
+        call = parse_tool_call(text, tools, tokenizer, template)
         if call.error:
             return call.error, call
         if required not in (None, "*") and call.name != required:

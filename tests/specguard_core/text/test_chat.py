@@ -18,6 +18,7 @@ from specguard_core.text.chat import (
     required_tool,
     token_bytes,
 )
+from specguard_core.text.tool_calls import response_template
 from tests.fixtures import LLAMA_STYLE_TEMPLATE, WEATHER
 
 HISTORY: list[dict[str, Any]] = [
@@ -109,7 +110,8 @@ def test_uses_the_tokenizers_response_parser_when_it_has_one() -> None:
     class WithResponseTemplate:
         response_template = {"declared": True}
 
-        def parse_response(self, text: str, prefix: str = "", tools: Any = None) -> dict[str, Any]:
+        def parse_response(self, text: str, schema: Any = None, prefix: str = "",
+                           tools: Any = None) -> dict[str, Any]:
             assert prefix == "" and tools
             return {"role": "assistant",
                     "tool_calls": [{"type": "function", "function": {
@@ -118,6 +120,39 @@ def test_uses_the_tokenizers_response_parser_when_it_has_one() -> None:
     call = parse_tool_call("[TOOL_CALLS]get_weather[ARGS]{...}", check_tools([WEATHER]),
                            WithResponseTemplate())
     assert call.valid and call.arguments == {"city": "Rome"}
+
+
+class _Model:  # just what `response_template` reads: config.model_type
+    def __init__(self, model_type: str) -> None:
+        self.config = type("Config", (), {"model_type": model_type})()
+
+
+def test_the_template_transformers_ships_for_the_model_type_parses_calls(tmp_path: Path) -> None:
+    """A tokenizer without a response template of its own gets the one transformers ships for
+    its model's type; calls are read by transformers' parser, which casts arguments by the
+    tool's schema ("3" for an integer parameter), where the Hermes parser keeps the string."""
+    tok = build_tokenizer(tmp_path / "tok")
+    assert getattr(tok, "response_template", None) is None
+    tools = check_tools([WEATHER])
+    template = response_template(tok, None, _Model("qwen2"))  # the first model with a type
+    assert template is not None and "tool_calls" in template["fields"]
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome", "days": "3"}}\n</tool_call>'
+    call = parse_tool_call(text, tools, tok, template)
+    assert call.valid and call.arguments == {"city": "Rome", "days": 3}
+    hermes = parse_tool_call(text, tools, tok)  # no template: the Hermes parser
+    assert not hermes.valid and "'3' is not of type 'integer'" in (hermes.error or "")
+    # a bare JSON call, which the template does not see as one, still parses (Hermes fallback)
+    bare = parse_tool_call('{"name": "get_weather", "arguments": {"city": "Oslo"}}', tools, tok,
+                           template)
+    assert bare.valid and bare.arguments == {"city": "Oslo"}
+    # a format with no regex of ours: Gemma 4's call markup, by its model type
+    gemma = response_template(tok, _Model("gemma4"))
+    assert gemma is not None
+    call = parse_tool_call('<|tool_call>call:get_weather{city:<|"|>Lima<|"|>}<tool_call|>',
+                           tools, None, gemma)
+    assert call.valid and call.name == "get_weather" and call.arguments == {"city": "Lima"}
+    assert response_template(tok, _Model("no-such-type")) is None
+    assert response_template(tok) is None
 
 
 def test_token_bytes_are_the_tokens_own_even_mid_character(tmp_path: Path) -> None:

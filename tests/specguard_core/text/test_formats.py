@@ -34,7 +34,10 @@ def test_unknown_forms_and_invalid_schemas_are_errors(bad: object) -> None:
 
 
 @pytest.mark.parametrize("partial", ['{"name": "Bo', '{"name": "Bob", "age": 4', '{"name": tr',
-                                     "```json\n{", "", '{"name": "Bob", "age": -'])
+                                     "```json\n{", "", '{"name": "Bob", "age": -',
+                                     '{"name": "Bob", "age": 4.', '{"name": "Bob", "age": 4e',
+                                     '{"name": "Bob", "tags": ["a", nul', '{"name": "B\\',
+                                     '{"name"', '{"name": "Bob",'])
 def test_json_still_being_written_passes_until_the_answer_ends(partial: str) -> None:
     assert check_answer(partial, FMT, done=False) is None
     assert check_answer(partial, FMT, done=True) is not None
@@ -42,6 +45,8 @@ def test_json_still_being_written_passes_until_the_answer_ends(partial: str) -> 
 
 @pytest.mark.parametrize(("answer", "reason"), [
     ("Bob is 42.", "not JSON"),
+    ('{"name": Bob', "not JSON"),  # not a prefix of any JSON: wrong already
+    ('{"name": "Bob", "age": 4x', "not JSON"),
     ('{"name": "Bob"}', "'age' is a required property"),
     ('{"name": "Bob", "age": 42} and more', "text after it"),
     ("[1, 2]", "JSON object, got list"),
