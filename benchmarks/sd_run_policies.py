@@ -214,7 +214,7 @@ def trace(run_dir: Path, out: Path, model: str | None, dtype: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from specguard_bench.data import load_problems, messages_for
+    from specguard_bench.reasoning.problems import load_problems, messages_for
     from specguard_core.models.registry import resolve
 
     settings = json.loads((run_dir / "run.json").read_text())

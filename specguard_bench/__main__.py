@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from specguard_bench.cli import main
+from specguard_bench.cli.parsers import main
 
 if __name__ == "__main__":
     sys.exit(main())

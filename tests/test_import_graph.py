@@ -52,6 +52,17 @@ CORE_LAYERS = {
     "specguard_core.testing": 11,
     "specguard_core": 12,  # the package's lazy re-exports
 }
+# Inside the bench, from the bottom: what every mode shares, the modes (concurrency serves the
+# reasoning problems, the agents grade GSM8K answers, the verifier's data uses the reasoning prompt),
+# the command line over them all.
+BENCH_LAYERS = {
+    "specguard_bench.common": 0,
+    "specguard_bench.reasoning": 1, "specguard_bench.synthetic": 1,
+    "specguard_bench.concurrency": 2, "specguard_bench.tool_calling": 2,
+    "specguard_bench.verifier": 2,
+    "specguard_bench.cli": 3,
+    "specguard_bench": 4,  # the package's own __init__ and __main__
+}
 # the bench measures agents through the adapters, so it sits above them
 PACKAGE_LAYERS = {"specguard_core": 0, "specguard_integrations": 1, "specguard_bench": 2,
                   "specguard": 3}
@@ -84,10 +95,10 @@ def _graph() -> dict[str, set[str]]:
     return {name: _imports(path, modules) for name, path in modules.items()}
 
 
-def _layer(module: str) -> int | None:
-    best = max((k for k in CORE_LAYERS if module == k or module.startswith(k + ".")),
+def _layer(module: str, layers: dict[str, int] = CORE_LAYERS) -> int | None:
+    best = max((k for k in layers if module == k or module.startswith(k + ".")),
                key=len, default=None)
-    return None if best is None else CORE_LAYERS[best]
+    return None if best is None else layers[best]
 
 
 def test_core_never_imports_frameworks_bench_or_cli() -> None:
@@ -106,8 +117,9 @@ def test_no_upward_arrows() -> None:
             ipkg = imp.split(".")[0]
             if ipkg in PACKAGE_LAYERS and PACKAGE_LAYERS[ipkg] > PACKAGE_LAYERS[pkg]:
                 bad.append((module, imp))
-            if pkg == ipkg == "specguard_core":
-                src, dst = _layer(module), _layer(imp)
+            if pkg == ipkg and pkg in ("specguard_core", "specguard_bench"):
+                layers = CORE_LAYERS if pkg == "specguard_core" else BENCH_LAYERS
+                src, dst = _layer(module, layers), _layer(imp, layers)
                 if src is not None and dst is not None and dst > src:
                     bad.append((module, imp))
     assert not bad, bad
@@ -138,6 +150,17 @@ def test_every_core_module_has_a_layer() -> None:
     assert not missing, f"add {missing} to CORE_LAYERS"
 
 
+def test_every_bench_folder_has_a_layer_and_an_import_free_init() -> None:
+    bench = ROOT / "specguard_bench"
+    folders = sorted(_module_name(p.parent / "__init__.py") for p in bench.rglob("__init__.py"))
+    missing = [f for f in folders if f not in BENCH_LAYERS]
+    assert not missing, f"add {missing} to BENCH_LAYERS"
+    modules = _modules()
+    heavy = [f for f in folders
+             if {i for i in _imports(modules[f], modules) if i != "__future__"}]
+    assert not heavy, f"keep these __init__ modules import-free: {heavy}"
+
+
 def test_cli_help_does_not_load_torch() -> None:
     code = ("import sys, specguard.cli; specguard.cli.build_parser(); "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
@@ -155,10 +178,11 @@ def test_config_import_does_not_load_torch() -> None:
 
 
 def test_folders_stay_small() -> None:
-    core = ROOT / "specguard_core"
-    sizes = {d: len(list(d.glob("*.py"))) for d in [core, *core.rglob("*")]
+    sizes = {d: len(list(d.glob("*.py")))
+             for pkg in ("specguard_core", "specguard_bench")
+             for d in [ROOT / pkg, *(ROOT / pkg).rglob("*")]
              if d.is_dir() and (d / "__init__.py").exists()}
-    assert len(sizes) >= 6
+    assert len(sizes) >= 14
     big = {str(d.relative_to(ROOT)): n for d, n in sizes.items() if n > 13}
     assert not big, f"split these folders by concern: {big}"
 

@@ -29,7 +29,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from specguard_bench.cli import add_bench_parser, add_calibrate_parser
+    from specguard_bench.cli.parsers import add_bench_parser, add_calibrate_parser
 
     parser = argparse.ArgumentParser(prog="specguard", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")

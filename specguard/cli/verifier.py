@@ -72,8 +72,8 @@ def _features(args: argparse.Namespace, folder: Path) -> tuple[Any, int]:
     """Teacher-force (resuming from the cache) and load the features of the selected solutions."""
     import torch
 
-    from specguard_bench.verifier_data import load_labelled
-    from specguard_bench.verifier_features import extract, load_features
+    from specguard_bench.verifier.data import load_labelled
+    from specguard_bench.verifier.features import extract, load_features
     from specguard_core.cache.handle import ModelHandle
     from specguard_core.models.loading import load_model
 
@@ -111,7 +111,7 @@ def _default_scorer(table: Any) -> str | None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from specguard_bench.verifier_eval import markdown, summarise, write_report
+    from specguard_bench.verifier.eval import markdown, summarise, write_report
 
     folder = _features_dir(args, args.out)
     table, _ = _features(args, folder)
@@ -123,8 +123,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from specguard_bench.verifier_eval import summarise, write_report
-    from specguard_bench.verifier_train import choose, fit_card, search, tried_markdown
+    from specguard_bench.verifier.eval import summarise, write_report
+    from specguard_bench.verifier.train import choose, fit_card, search, tried_markdown
 
     if not 0 < args.precision < 1:
         raise ValueError("--precision must be between 0 and 1")

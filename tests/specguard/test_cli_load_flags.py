@@ -44,7 +44,7 @@ def _subparser(command: str) -> argparse.ArgumentParser:
 
 def _load(command: str, args: argparse.Namespace) -> LoadOptions:
     if command == "bench":
-        from specguard_bench.cli import load_options
+        from specguard_bench.cli.handlers import load_options
     else:
         from specguard.cli.run import load_options
     return load_options(args)

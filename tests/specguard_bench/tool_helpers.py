@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from specguard_bench.bfcl_data import BfclTask
+from specguard_bench.tool_calling.bfcl_data import BfclTask
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.loop import SpecGuardEngine
 from specguard_core.testing import ScriptedLM, build_tokenizer

@@ -1,0 +1,102 @@
+"""The agents suite's run and reports: `run_agents` (resumable, as every suite), and per
+framework and method: accuracy, end states, model turns, tool calls, repeated and invalid calls,
+wall time, tokens and SpecGuard steps per path (`summary.json`, `results.md`)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specguard_bench.common.environment import machine_line
+from specguard_bench.tool_calling.agents_bench import (
+    END_STATES,
+    import_frameworks,
+    load_tasks,
+    run_task,
+    warm_up,
+)
+from specguard_bench.tool_calling.bfcl_bench import PATHS
+from specguard_bench.tool_calling.suites import (
+    SUMMARY,
+    TABLE,
+    SuiteSettings,
+    check_suite_methods,
+    run_suite,
+)
+
+
+def group_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Aggregates of one (framework, method) group."""
+    latency = [float(r["latency_s"]) for r in rows]
+    traced = [r for r in rows if r["paths"] is not None]
+    return {
+        "n": len(rows), "n_correct": sum(bool(r["correct"]) for r in rows),
+        "accuracy": sum(bool(r["correct"]) for r in rows) / len(rows),
+        "end_states": {s: sum(r["end_state"] == s for r in rows) for s in END_STATES},
+        "model_turns_mean": statistics.fmean(r["model_turns"] for r in rows),
+        "tool_calls_mean": statistics.fmean(r["tool_calls"] for r in rows),
+        "repeated_calls": sum(r["repeated_calls"] for r in rows),
+        "invalid_calls": sum(r["invalid_calls"] for r in rows),
+        "latency_median_s": statistics.median(latency), "latency_mean_s": statistics.fmean(latency),
+        "new_tokens_mean": statistics.fmean(r["new_tokens"] for r in rows),
+        "paths_per_task": {p: statistics.fmean(r["paths"][p] for r in traced) for p in PATHS}
+        if traced else None,
+    }
+
+
+def summarize(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]
+              ) -> dict[str, dict[str, dict[str, Any]]]:
+    """{framework: {method: group summary}}, frameworks in row order."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for framework in dict.fromkeys(r["framework"] for r in rows):
+        groups = {m: [r for r in rows if r["method"] == m and r["framework"] == framework]
+                  for m in methods}
+        out[framework] = {m: group_summary(g) for m, g in groups.items() if g}
+    return out
+
+
+def markdown_table(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    head = ("| framework | method | accuracy | answered/turn limit/error | turns | tool calls | "
+            "repeated | invalid | median s | mean s | new tokens | "
+            "kept/checked/verified/regen per task |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for framework, methods in summary.items():
+        for method, s in methods.items():
+            paths = s["paths_per_task"]
+            per_path = "/".join(f"{paths[p]:.1f}" for p in PATHS) if paths else "–"
+            states = "/".join(str(s["end_states"][e]) for e in END_STATES)
+            lines.append(
+                f"| {framework} | {method} | {s['accuracy']:.1%} ({s['n_correct']}/{s['n']}) | "
+                f"{states} | {s['model_turns_mean']:.1f} | {s['tool_calls_mean']:.1f} | "
+                f"{s['repeated_calls']} | {s['invalid_calls']} | {s['latency_median_s']:.2f} | "
+                f"{s['latency_mean_s']:.2f} | {s['new_tokens_mean']:.0f} | {per_path} |")
+    return "\n".join(lines) + "\n"
+
+
+def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
+    """Run (or resume) the agents suite; return the summary (also written to disk)."""
+    methods = check_suite_methods(settings.methods)
+    if settings.turn_limit < 1:
+        raise ValueError("--turn-limit must be at least 1")
+    import_frameworks(settings.frameworks)
+    tasks = load_tasks(settings)
+    rows, env, bounds = run_suite(settings, tasks, methods, engine, run_task, warm_up)
+    by_framework = summarize(rows, methods)
+    summary: dict[str, Any] = {
+        "settings": {**settings.fingerprint(bounds), "n": settings.n, "offset": settings.offset,
+                     "frameworks": list(settings.frameworks),
+                     "dataset_file": str(settings.dataset_file) if settings.dataset_file else None,
+                     "methods": list(methods), "out_dir": str(settings.out_dir)},
+        "environment": env, "n_problems": len({t.problem.uid for t in tasks}),
+        "frameworks": by_framework, "table": markdown_table(by_framework)}
+    out = settings.out_dir
+    (out / SUMMARY).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    s = summary["settings"]
+    (out / TABLE).write_text(
+        f"# SpecGuard agents benchmark: {summary['n_problems']} GSM8K problems, calculator "
+        f"tools, turn limit {settings.turn_limit}\n\ndraft `{s['draft']}`, target "
+        f"`{s['target']}`, {machine_line(env)}, {s['dtype']}, max "
+        f"{s['max_new_tokens']} new tokens per turn\n\n" + summary["table"])
+    return summary
