@@ -34,7 +34,7 @@ CORE_LAYERS = {
     "specguard_core.engine.verify.signals": 2, "specguard_core.engine.sampling": 2,
     "specguard_core.remote.deadline": 2, "specguard_core.engine.verify.fingerprint": 2,
     "specguard_core.cache.capture": 3, "specguard_core.cache.state": 3,
-    "specguard_core.cache.handle": 3,
+    "specguard_core.cache.handle": 3, "specguard_core.cache.batching": 3,
     "specguard_core.concurrency.padded": 4, "specguard_core.remote.http": 4,
     "specguard_core.text.step_text": 4, "specguard_core.engine.verify.bounds": 4,
     "specguard_core.engine.proposer": 5, "specguard_core.engine.selector": 5,
