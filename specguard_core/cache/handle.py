@@ -6,7 +6,8 @@ prefix row for a batched proposal and `commit_row` / `drop_uncommitted` end it (
 tokens, or return to the prefix); `try_tokens` feeds tokens without committing them and returns a
 `TentativePass` whose `.keep(n)` / `.discard()` commit a prefix of them or roll them back;
 `gather_rows` / `scatter_rows` lend several requests' caches to one padded forward
-(`concurrency/padded.py`) and hand each request its new positions back.
+(`concurrency/padded.py`) and hand each request its new positions back (the tensor copying lives
+in `cache/batching.py`).
 
 Per-request state lives in `CacheState` (the cache of the committed prefix, its token ids, the
 next-token logits and the token counters), so one handle serves many requests.
@@ -16,14 +17,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
-from specguard_core.cache import capture
-from specguard_core.cache.state import CacheState, Forward, TentativePass
+from specguard_core.cache import batching, capture
+from specguard_core.cache.batching import cache_rows
+from specguard_core.cache.state import CacheState, Forward, TentativePass, local_cache
 from specguard_core.concurrency.cpu_runner import Runner
 
 
@@ -62,7 +63,7 @@ class ModelHandle:
             return self.runner.run(self.forward, state, input_ids, all_logits=all_logits,
                                    hidden=hidden, recorder=recorder, tentative=tentative)
         b, q = input_ids.shape
-        extra: dict[str, Any] = {self._cache_arg: _kv(state)}
+        extra: dict[str, Any] = {self._cache_arg: local_cache(state)}
         if recorder is not None:
             extra["specguard_recorder"] = recorder
         out = self.model(input_ids=input_ids.to(self.device),
@@ -99,20 +100,9 @@ class ModelHandle:
         return Forward(out.logits.float(), layers[-1] if layers else None, layers)
 
     def batch_problem(self, state: CacheState, rows: int | None = 1) -> str | None:
-        """Why `state` cannot join a padded forward (`gather_rows`) with `rows` rows of new tokens
-        (None: any), or None when it can: a local cache of full-attention layers holding that many
-        rows (1, or a forked proposal's k)."""
-        if state.cache is None:
-            return "a served target's state has no local cache to batch"
-        held = cache_rows(state.cache)
-        if rows is not None and held != rows:
-            return (f"this state's cache holds {held} row(s) but {rows} row(s) of new tokens were "
-                    "given: feed one row per cache row (a proposal's forked cache rows take k), "
-                    "or end the proposal with commit_row / drop_uncommitted first")
-        if any(type(layer) is not DynamicLayer for layer in state.cache.layers):
-            return (f"{self.name}: batched forwards support full-attention caches only (this "
-                    "model has sliding-window or other special cache layers)")
-        return None
+        """Why `state` cannot join a padded forward with `rows` rows of new tokens (None: any),
+        or None when it can (`batching.batch_problem`)."""
+        return batching.batch_problem(state, self.name, rows)
 
     def check_batchable(self, state: CacheState, rows: int | None = 1) -> None:
         """Raise ValueError with `batch_problem`'s reason unless `state` can be batched."""
@@ -145,7 +135,7 @@ class ModelHandle:
 
     def rollback(self, state: CacheState, n_tokens: int) -> None:
         """Forget everything after the first `n_tokens` committed tokens."""
-        state.counters.discarded += _crop(_kv(state), n_tokens)
+        state.counters.discarded += _crop(local_cache(state), n_tokens)
         if n_tokens < len(state.ids):
             del state.ids[n_tokens:]
             state.logits = None
@@ -153,14 +143,14 @@ class ModelHandle:
     def fork(self, state: CacheState, k: int) -> None:
         """Repeat the single cache row `k` times for a batched proposal."""
         if k > 1:
-            _kv(state).batch_repeat_interleave(k)
+            local_cache(state).batch_repeat_interleave(k)
 
     def commit_row(self, state: CacheState, row: int, new_ids: list[int],
                    logits: torch.Tensor | None) -> None:
         """End a proposal: keep cache row `row` and commit its first `len(new_ids)` step tokens;
         the rest of the row is cropped. `logits` predict the token after them when all of them were
         fed, else None (stale)."""
-        cache = _kv(state)
+        cache = local_cache(state)
         if cache_rows(cache) > 1:
             cache.batch_select_indices(torch.tensor([row], device=self.device))
         state.counters.discarded += _crop(cache, len(state.ids) + len(new_ids))
@@ -197,7 +187,7 @@ class ModelHandle:
         """Grow the tentative pass `tpass` by `ids` in one forward (see `TentativePass.extend`)."""
         if not ids:
             return
-        held = _kv(tpass.state).get_seq_length()
+        held = local_cache(tpass.state).get_seq_length()
         if held != len(tpass.state.ids) + len(tpass.ids):
             raise ValueError(f"this pass's cache holds {held} positions, not its "
                              f"{len(tpass.state.ids)} committed + {len(tpass.ids)} tentative "
@@ -214,50 +204,15 @@ class ModelHandle:
             self.rollback(state, len(state.ids) - (n_tokens - drop))
 
     def gather_rows(self, states: Sequence[CacheState]) -> DynamicCache:
-        """A new batched cache for one padded forward: `states[i]`'s cache rows (1, or a forked
-        proposal's k) become consecutive rows, left-padded with zeros to the longest state's
-        length W (`get_seq_length()` of the result). The states' own caches are not changed (their
-        tensors are copied); `scatter_rows` hands them the positions the forward appends. Raises
-        ValueError for a served or sliding-window cache."""
-        for state in states:
-            self.check_batchable(state, rows=None)
-        caches = [_full_layers(_kv(s), self.name) for s in states]
-        batched = DynamicCache(config=self.model.config)
-        lengths = [c[0].get_seq_length() for c in caches]
-        counts = [cache_rows(_kv(s)) for s in states]
-        width = max(lengths, default=0)
-        if width == 0:
-            return batched
-        for idx, layer in enumerate(_full_layers(batched, self.name)):
-            src = [_tensors(c[idx]) if n else None for c, n in zip(caches, lengths, strict=True)]
-            like = next(kv[0] for kv in src if kv is not None)  # [r, h, n, d]
-            keys = like.new_zeros(sum(counts), like.shape[1], width, like.shape[3])  # [b, h, W, d]
-            values = torch.zeros_like(keys)
-            row = 0
-            for kv, r in zip(src, counts, strict=True):
-                if kv is not None:
-                    keys[row:row + r, :, width - kv[0].shape[2]:] = kv[0]
-                    values[row:row + r, :, width - kv[1].shape[2]:] = kv[1]
-                row += r
-            layer.lazy_initialization(keys, values)
-            layer.keys, layer.values = keys, values
-        return batched
+        """The states' cache rows as one left-padded batched cache for a padded forward; their
+        own caches unchanged (`batching.gather_rows`)."""
+        return batching.gather_rows(states, self.model.config, self.name)
 
     def scatter_rows(self, batched: DynamicCache, states: Sequence[CacheState], start: int,
                      lengths: Sequence[int]) -> None:
-        """After a padded forward on `gather_rows(states)` (W = `start` positions per row): append
-        positions `start : start + lengths[i]` of `states[i]`'s rows of `batched` (its new tokens)
-        to its cache, as if the forward had run on that state alone. Counters are the caller's."""
-        layers = _full_layers(batched, self.name)
-        row = 0
-        for state, n in zip(states, lengths, strict=True):
-            cache = _kv(state)
-            r = cache_rows(cache)
-            for idx, layer in enumerate(layers):
-                keys, values = _tensors(layer)  # [b, h, W + Q, d]
-                cache.update(keys[row:row + r, :, start:start + n],
-                             values[row:row + r, :, start:start + n], idx)
-            row += r
+        """After a padded forward on `gather_rows(states)`: append each state's new positions
+        `start : start + lengths[i]` to its cache (`batching.scatter_rows`)."""
+        batching.scatter_rows(batched, states, start, lengths, self.name)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -276,30 +231,6 @@ def count_forward(state: CacheState, rows: int, tokens: int, tentative: bool) ->
     else:
         state.counters.decoded += rows
     state.counters.forward_calls += 1
-
-
-def _kv(state: CacheState) -> DynamicCache:
-    assert state.cache is not None, "this state belongs to a served target, not a ModelHandle"
-    return state.cache
-
-
-def _full_layers(cache: DynamicCache, name: str) -> list[DynamicLayer]:
-    layers = list(cache.layers)
-    if any(type(layer) is not DynamicLayer for layer in layers):
-        raise ValueError(f"{name}: batched forwards support full-attention caches only (this "
-                         "model has sliding-window or other special cache layers)")
-    return cast(list[DynamicLayer], layers)
-
-
-def _tensors(layer: DynamicLayer) -> tuple[torch.Tensor, torch.Tensor]:
-    assert layer.keys is not None and layer.values is not None, "an uninitialized cache layer"
-    return layer.keys, layer.values
-
-
-def cache_rows(cache: DynamicCache) -> int:
-    """The rows (batch size) the cache holds; 1 while it is empty."""
-    keys = getattr(cache.layers[0], "keys", None) if cache.layers else None
-    return int(keys.shape[0]) if keys is not None and keys.numel() else 1
 
 
 def _crop(cache: DynamicCache, n_tokens: int) -> int:

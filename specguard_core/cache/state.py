@@ -1,6 +1,7 @@
 """The cache types every model seam shares: `CacheState` (one request's committed prefix as one
-model has encoded it), `Forward` (what a forward returns), `TentativePass` (tokens fed but not
-committed) and `Target`, the protocol the step loop and the fallbacks call on the target model.
+model has encoded it; `local_cache` gives its in-process KV cache), `Forward` (what a forward
+returns), `TentativePass` (tokens fed but not committed) and `Target`, the protocol the step loop
+and the fallbacks call on the target model.
 
 Two targets implement it: `ModelHandle` (`cache/handle.py`: an in-process transformers model and its
 KV cache) and `RemoteTarget` (`remote/target.py`: a model on a vLLM server). The loop never asks
@@ -30,6 +31,12 @@ class CacheState:
     logits: torch.Tensor | None = None
     counters: ModelCounters = field(default_factory=ModelCounters)
     pending: list[int] = field(default_factory=list)  # committed elsewhere, not yet encoded here
+
+
+def local_cache(state: CacheState) -> DynamicCache:
+    """`state`'s in-process KV cache (a served target's state has none)."""
+    assert state.cache is not None, "this state belongs to a served target, not a ModelHandle"
+    return state.cache
 
 
 @dataclass

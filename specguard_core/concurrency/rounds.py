@@ -1,14 +1,13 @@
-"""What one scheduling round runs (driven by `batcher.Batcher`): the forwards requests
-wait for (`Call`), how they are grouped into padded forwards (`chunks`), and running them alone
-(`run_alone`) or together (`run_together`, over `batch.forward_rows`). `SchedulerStats` is what the
-scheduler counts."""
+"""What one scheduling round runs (led by `leader.RoundLeader`): the forwards requests wait for
+(`Call`), how they are grouped into padded forwards (`chunks`), and running them alone
+(`run_alone`) or together (`run_together`, over `padded.forward_rows`). `Ticket` is a request's
+place in the scheduler, `SchedulerStats` what the scheduler counts."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -16,11 +15,27 @@ from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState, Forward
 from specguard_core.concurrency.padded import forward_rows
+from specguard_core.concurrency.turns import Waiter
 
 # Padding short rows up to this many tokens per forward is cheap next to running them apart: on the
 # measured CPU 8 rows x 8 tokens cost 2.2x one 1-token decode of the target, 8 solo passes 8x
 # (benchmarks/results/batch-forward-cpu1core/).
 PAD_FREE_TOKENS = 64
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A request's place in the scheduler; `baton` while its step code runs, `lent` while it
+    waits on another process (`turns.waiting_io`)."""
+
+    waiter: Waiter
+    thread: int = 0  # the thread that asked for the place
+    baton: bool = False
+    lent: bool = False
+
+    @property
+    def live(self) -> bool:
+        return not self.waiter.cancel.is_set()
 
 
 @dataclass(eq=False)
@@ -35,7 +50,7 @@ class Call:
     hidden: bool
     recorder: AttentionRecorder | None
     tentative: bool
-    ticket: Any
+    ticket: Ticket
     result: Forward | None = None
     error: BaseException | None = None
     done: bool = False

@@ -27,7 +27,7 @@ from specguard_core.engine.run.start import open_request
 from specguard_core.engine.run.step import run_step
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.stream import GenerationStream
-from specguard_core.engine.verify.signals import percentile_bounds
+from specguard_core.engine.verify.bounds import fitted_bounds
 from specguard_core.models.loading import check_pair, check_vocab
 from specguard_core.models.options import LoadOptions
 from specguard_core.remote.deadline import capped
@@ -199,12 +199,7 @@ class SpecGuardEngine:
                     conf.append(step.confidence)
                 if step.grounding is not None:
                     ground.append(step.grounding)
-        c_lo, c_hi = percentile_bounds(conf, low_q, high_q)
-        default = NormBounds()  # beta == 1: no grounding was computed, its bounds do not matter
-        g_lo, g_hi = (percentile_bounds(ground, low_q, high_q) if ground
-                      else (default.grounding_min, default.grounding_max))
-        bounds = NormBounds(confidence_min=c_lo, confidence_max=c_hi, grounding_min=g_lo,
-                            grounding_max=g_hi)
+        bounds = fitted_bounds(conf, ground, low_q, high_q)
         if path:
             bounds.save(path)
         return bounds

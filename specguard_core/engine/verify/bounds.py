@@ -1,5 +1,6 @@
-"""Normaliser bounds shipped with the package for the paper's verifier, one JSON file per model in
-`specguard_core/verifiers/bounds/`, matched to the scoring model by the same `Fingerprint` verifier
+"""Normaliser bounds for the paper's verifier: fitted to step signals (`fitted_bounds`, what
+`SpecGuardEngine.calibrate` measures them for), and shipped with the package, one JSON file per
+model in `specguard_core/verifiers/bounds/`, matched to the scoring model by the same `Fingerprint` verifier
 cards use. A request whose `bounds` are the defaults (`NormBounds()`) gets the bounds shipped for
 its scoring model when there are some (`Cards.bounds`, applied by the engine per request);
 bounds a request sets win.
@@ -18,6 +19,19 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from specguard_core import verifiers
 from specguard_core.config import NormBounds
 from specguard_core.engine.verify.fingerprint import Fingerprint, fingerprint
+from specguard_core.engine.verify.signals import percentile_bounds
+
+
+def fitted_bounds(confidence: list[float], grounding: list[float], low_q: float = 1.0,
+                  high_q: float = 99.0) -> NormBounds:
+    """Bounds at the `low_q` and `high_q` percentiles of the steps' confidence and grounding
+    signals; with no grounding (beta == 1: none was computed) its bounds keep their defaults."""
+    c_lo, c_hi = percentile_bounds(confidence, low_q, high_q)
+    default = NormBounds()
+    g_lo, g_hi = (percentile_bounds(grounding, low_q, high_q) if grounding
+                  else (default.grounding_min, default.grounding_max))
+    return NormBounds(confidence_min=c_lo, confidence_max=c_hi, grounding_min=g_lo,
+                      grounding_max=g_hi)
 
 
 class ShippedBounds(BaseModel):
