@@ -1,27 +1,26 @@
-"""The adapters' field vocabulary: the knob and loader field names, and field descriptions.
+"""The adapters' field vocabulary: the knob and loader field names, field descriptions, and the
+loader fields both adapters inherit.
 
 A knob field (`temperature`, `k`, ...) stands for the `SpecGuardConfig` field of the same name
 (`max_tokens`: `max_new_tokens`) and a loader field for the `LoadOptions` field of the same name,
 so their descriptions are built from those fields' own descriptions (they cannot drift apart),
 followed by what the adapter's None means. Fields that `ChatSpecGuard` and `SpecGuardLLM` declare
-alike share one text here.
+alike share one text here, and the loader fields, the same in both, are declared here once
+(`LoaderFields`, which both adapters inherit).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from specguard_core.config import DEFAULT_PRESET, PRESETS, SpecGuardConfig, default_config
+from pydantic import BaseModel, Field, SecretStr
+
+from specguard_core.config import DEFAULT_PRESET, PRESETS, EngineConfig, SpecGuardConfig, default_config
 from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 KNOBS = ("temperature", "max_tokens", "top_p", "top_k", "min_p", "repetition_penalty", "stop",
          "seed", "k", "tau", "beta", "max_steps")
-# the adapters' separate loader fields: `LoadOptions` fields, an alternative to `load_options=`
-LOADER_OPTIONS = ("device", "dtype", "draft_device", "target_device", "draft_dtype",
-                  "target_dtype", "device_map", "max_memory", "revision", "trust_remote_code",
-                  "quantization_config", "target_model", "target_tokenizer", "target_timeout",
-                  "target_api_key")
 # what an adapter's None means for a loader field whose `LoadOptions` description does not say
 _LOADER_NONE = {
     "draft_device": "device", "target_device": "device", "draft_dtype": "dtype",
@@ -82,3 +81,36 @@ ENGINE_CONFIG = ("how the loaded pair is wired (EngineConfig, e.g. batching=True
                  "the adapter loads the pair; None: EngineConfig()'s defaults")
 TARGET_API_KEY = f"{loader('target_api_key')} (never shown in repr or dumps)"
 OVERRIDES = "SpecGuardConfig overrides from the deprecated model_kwargs= / generate_kwargs="
+
+
+class LoaderFields(BaseModel):
+    """The loader fields of both adapters, declared once (used only when the adapter loads the
+    pair itself): every loader option in one `load_options`, or apart as the `LoadOptions` fields
+    of the same names (`LOADER_OPTIONS`); `engine_config` beside either. Each adapter lists them
+    after its own leading fields, kept in a base named after this one:
+    `ChatSpecGuard(Calls, LoaderFields, _ChatFields)`."""
+
+    load_options: LoadOptions | None = Field(default=None, exclude=True, description=LOAD_OPTIONS)
+    device: str = Field(default="auto", description=loader("device"))
+    dtype: str = Field(default="auto", description=loader("dtype"))
+    draft_device: str | None = Field(default=None, description=loader("draft_device"))
+    target_device: str | None = Field(default=None, description=loader("target_device"))
+    draft_dtype: str | None = Field(default=None, description=loader("draft_dtype"))
+    target_dtype: str | None = Field(default=None, description=loader("target_dtype"))
+    device_map: Any = Field(default=None, description=loader("device_map"))
+    max_memory: dict[Any, Any] | None = Field(default=None, description=loader("max_memory"))
+    revision: str | None = Field(default=None, description=loader("revision"))
+    trust_remote_code: bool = Field(default=False, description=loader("trust_remote_code"))
+    quantization_config: Any = Field(default=None, exclude=True,
+                                     description=loader("quantization_config"))
+    engine_config: EngineConfig | None = Field(default=None, description=ENGINE_CONFIG)
+    target_model: str | None = Field(default=None, description=loader("target_model"))
+    target_tokenizer: str | None = Field(default=None, description=loader("target_tokenizer"))
+    target_timeout: float | None = Field(default=None, gt=0,
+                                         description=loader("target_timeout"))
+    target_api_key: SecretStr | None = Field(default=None, exclude=True, repr=False,
+                                             description=TARGET_API_KEY)
+
+
+# the separate loader fields: `LoadOptions` fields, an alternative to `load_options=`
+LOADER_OPTIONS = tuple(n for n in LoaderFields.model_fields if n in LoadOptions.model_fields)

@@ -4,9 +4,10 @@ Translation only: LangChain messages, tools and options go in as the engine's Op
 the engine's committed steps come out as `AIMessageChunk`s (one per step, with that step's source
 and scores in `response_metadata["specguard_steps"]`). All of the algorithm lives in `specguard_core`.
 
-`ChatSpecGuard` is its fields and LangChain's public surface; the engine it owns and its token
-counts are in `langchain_engine`, one call's run in `langchain_run`, structured output in
-`langchain_structured` and the message translation in `langchain_convert`.
+`ChatSpecGuard` is its fields and LangChain's public surface (the loader fields, declared once for
+both adapters, are `fields.LoaderFields`); the engine it owns and its token counts are in
+`langchain_engine`, one call's run in `langchain_run`, structured output in `langchain_structured`
+and the message translation in `langchain_convert`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, model_validator
 from typing_extensions import Self
 
-from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
-from specguard_core.models.options import LoadOptions
+from specguard_core import SpecGuardConfig, SpecGuardEngine
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.text.chat import check_template_kwargs
 from specguard_integrations import fields as doc
@@ -37,6 +37,7 @@ from specguard_integrations.common import (
     profile,
     served_target,
 )
+from specguard_integrations.fields import LoaderFields
 from specguard_integrations.langchain_convert import normalise_tool_choice, to_engine_message
 from specguard_integrations.langchain_run import Calls
 from specguard_integrations.langchain_structured import structured_output
@@ -45,22 +46,10 @@ __all__ = ["ChatSpecGuard", "normalise_tool_choice", "to_engine_message"]
 
 
 # ---- the chat model --------------------------------------------------------------------------
-class ChatSpecGuard(Calls, BaseChatModel):
-    """SpecGuard step-level speculative reasoning as a LangChain chat model.
-
-    Construction is cheap: pass a ready `engine=SpecGuardEngine(...)`, or `draft=` and `model=`
-    (the target; `target=` is the same) as model ids, local folders, `.gguf` files or cached
-    names; they are loaded on first use (default: the Qwen2.5-Coder 0.5B/1.5B pair). The
-    vocabulary is shared with `SpecGuardLLM` (see `specguard_integrations.common`): `config=` or
-    `preset=` is the base of every call, then the knob fields, then per-call keywords
-    (`model.invoke(x, k=8, tau=0.6)`, any `SpecGuardConfig` field). An unknown argument is an error.
-
-    `timeout` bounds the whole call (the engine stops within one forward pass); `max_retries` is
-    accepted for compatibility (local generation has no transient failures to retry), and so is
-    `api_key`, which is ignored: the models run in this process and need no key, so code written
-    for ChatOpenAI-like models can switch by changing the class. (`base_url` is refused: for a
-    `specguard serve` server, use ChatOpenAI(base_url=...) itself.)
-    """
+class _ChatFields(BaseChatModel):
+    """`ChatSpecGuard`'s own fields before its loader fields: pydantic lists a base's fields
+    ahead of those of the bases named before it, so this class comes after `LoaderFields` in
+    `ChatSpecGuard`'s bases and its signature starts with these (engine, model, draft, knobs)."""
 
     injected_engine: SpecGuardEngine | None = Field(
         default=None, alias="engine", exclude=True, description="a ready SpecGuardEngine (pass it "
@@ -101,28 +90,25 @@ class ChatSpecGuard(Calls, BaseChatModel):
     tau: float | None = Field(default=None, description=doc.knob("tau", "acceptance threshold: "))
     beta: float | None = Field(default=None, description=doc.knob("beta"))
     max_steps: int | None = Field(default=None, description=doc.knob("max_steps"))
-    # loader options (used only when ChatSpecGuard loads the pair itself): all in one, or apart
-    load_options: LoadOptions | None = Field(default=None, exclude=True,
-                                             description=doc.LOAD_OPTIONS)
-    device: str = Field(default="auto", description=doc.loader("device"))
-    dtype: str = Field(default="auto", description=doc.loader("dtype"))
-    draft_device: str | None = Field(default=None, description=doc.loader("draft_device"))
-    target_device: str | None = Field(default=None, description=doc.loader("target_device"))
-    draft_dtype: str | None = Field(default=None, description=doc.loader("draft_dtype"))
-    target_dtype: str | None = Field(default=None, description=doc.loader("target_dtype"))
-    device_map: Any = Field(default=None, description=doc.loader("device_map"))
-    max_memory: dict[Any, Any] | None = Field(default=None, description=doc.loader("max_memory"))
-    revision: str | None = Field(default=None, description=doc.loader("revision"))
-    trust_remote_code: bool = Field(default=False, description=doc.loader("trust_remote_code"))
-    quantization_config: Any = Field(default=None, exclude=True,
-                                     description=doc.loader("quantization_config"))
-    engine_config: EngineConfig | None = Field(default=None, description=doc.ENGINE_CONFIG)
-    # a target on a vLLM server: model="http://HOST:PORT/v1" (or target=) and the served name
-    target_model: str | None = Field(default=None, description=doc.loader("target_model"))
-    target_tokenizer: str | None = Field(default=None, description=doc.loader("target_tokenizer"))
-    target_timeout: float | None = Field(default=None, description=doc.loader("target_timeout"))
-    target_api_key: SecretStr | None = Field(default=None, exclude=True, repr=False,
-                                             description=doc.TARGET_API_KEY)
+
+
+class ChatSpecGuard(Calls, LoaderFields, _ChatFields):
+    """SpecGuard step-level speculative reasoning as a LangChain chat model.
+
+    Construction is cheap: pass a ready `engine=SpecGuardEngine(...)`, or `draft=` and `model=`
+    (the target; `target=` is the same) as model ids, local folders, `.gguf` files or cached
+    names; they are loaded on first use (default: the Qwen2.5-Coder 0.5B/1.5B pair). The
+    vocabulary is shared with `SpecGuardLLM` (see `specguard_integrations.common`): `config=` or
+    `preset=` is the base of every call, then the knob fields, then per-call keywords
+    (`model.invoke(x, k=8, tau=0.6)`, any `SpecGuardConfig` field). An unknown argument is an error.
+
+    `timeout` bounds the whole call (the engine stops within one forward pass); `max_retries` is
+    accepted for compatibility (local generation has no transient failures to retry), and so is
+    `api_key`, which is ignored: the models run in this process and need no key, so code written
+    for ChatOpenAI-like models can switch by changing the class. (`base_url` is refused: for a
+    `specguard serve` server, use ChatOpenAI(base_url=...) itself.)
+    """
+
     overrides: dict[str, Any] = Field(default_factory=dict, exclude=True,
                                       description=doc.OVERRIDES)
 

@@ -21,9 +21,10 @@ Translation only (every algorithmic decision lives in `specguard_core`):
 Async methods run the engine in a worker thread and never block the event loop; closing (or
 abandoning) a stream stops generation at the next step boundary and frees the engine.
 
-`SpecGuardLLM` is its fields and LlamaIndex's public surface; the engine it owns is in
-`llama_index_engine`, the chat bodies and their streams in `llama_index_chat`, the tool hooks in
-`llama_index_tools` and the message translation in `llama_index_convert`.
+`SpecGuardLLM` is its fields and LlamaIndex's public surface (the loader fields, declared once for
+both adapters, are `fields.LoaderFields`); the engine it owns is in `llama_index_engine`, the chat
+bodies and their streams in `llama_index_chat`, the tool hooks in `llama_index_tools` and the
+message translation in `llama_index_convert`.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ try:
         ConfigDict,
         Field,
         PrivateAttr,
-        SecretStr,
         model_validator,
     )
     from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW
@@ -66,8 +66,7 @@ except ImportError as err:  # pragma: no cover - depends on the environment
         "`pip install -e \".[llamaindex]\"`"
     ) from err
 
-from specguard_core.config import EngineConfig, SpecGuardConfig
-from specguard_core.models.options import LoadOptions
+from specguard_core.config import SpecGuardConfig
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.text.chat import check_template_kwargs
 from specguard_integrations import fields as doc
@@ -77,6 +76,7 @@ from specguard_integrations.common import (
     check_placement,
     served_target,
 )
+from specguard_integrations.fields import LoaderFields
 from specguard_integrations.llama_index_chat import ChatCalls
 from specguard_integrations.llama_index_convert import to_engine_messages, tool_selections, trace
 from specguard_integrations.llama_index_tools import ToolCalls
@@ -88,20 +88,10 @@ __all__ = ["SpecGuardLLM", "to_engine_messages", "tool_selections", "trace"]
 
 
 # ---- the LLM -----------------------------------------------------------------------------------
-class SpecGuardLLM(ToolCalls, ChatCalls, FunctionCallingLLM):
-    """SpecGuard (step-level speculative reasoning) as a LlamaIndex function-calling chat LLM.
-
-    Pass a loaded engine (`SpecGuardLLM(engine=engine)`; one engine can back several adapters and
-    concurrent callers), or `draft=` and `target=` (`model=` is the target too; neither: the
-    default Qwen2.5-Coder 0.5B/1.5B pair) to load the pair lazily on first use (`metadata` does not
-    load it). The vocabulary is shared with `ChatSpecGuard` (see
-    `specguard_integrations.common`): `config=` or `preset=` is the base of every call (else the
-    engine's config), then the knob fields (`temperature`, `max_tokens`, ...), then per-call
-    keywords to `chat`/`stream_chat`/... (`max_tokens`, `stop` and any `SpecGuardConfig` field).
-    An unknown argument is an error that lists the valid ones.
-    """
-
-    model_config = ConfigDict(protected_namespaces=())
+class _LLMFields(FunctionCallingLLM):
+    """`SpecGuardLLM`'s own fields before its loader fields: pydantic lists a base's fields ahead
+    of those of the bases named before it, so this class comes after `LoaderFields` in
+    `SpecGuardLLM`'s bases and its signature starts with these (draft, target, config, knobs)."""
 
     draft: str | None = Field(default=None, description=doc.DRAFT)
     target: str | None = Field(default=None, description=f"{doc.TARGET}; unused with engine= "
@@ -126,29 +116,23 @@ class SpecGuardLLM(ToolCalls, ChatCalls, FunctionCallingLLM):
     logprobs: bool = Field(default=False, description="put each answer token's log-probability "
                            "(under the model that wrote it) in ChatResponse.logprobs (chat only); "
                            "a call's logprobs= overrides it; False: off")
-    # loader options (used only when SpecGuardLLM loads the pair itself): all in one, or apart
-    load_options: LoadOptions | None = Field(default=None, exclude=True,
-                                             description=doc.LOAD_OPTIONS)
-    device: str = Field(default="auto", description=doc.loader("device"))
-    dtype: str = Field(default="auto", description=doc.loader("dtype"))
-    draft_device: str | None = Field(default=None, description=doc.loader("draft_device"))
-    target_device: str | None = Field(default=None, description=doc.loader("target_device"))
-    draft_dtype: str | None = Field(default=None, description=doc.loader("draft_dtype"))
-    target_dtype: str | None = Field(default=None, description=doc.loader("target_dtype"))
-    device_map: Any = Field(default=None, description=doc.loader("device_map"))
-    max_memory: dict[Any, Any] | None = Field(default=None, description=doc.loader("max_memory"))
-    revision: str | None = Field(default=None, description=doc.loader("revision"))
-    trust_remote_code: bool = Field(default=False, description=doc.loader("trust_remote_code"))
-    quantization_config: Any = Field(default=None, exclude=True,
-                                     description=doc.loader("quantization_config"))
-    engine_config: EngineConfig | None = Field(default=None, description=doc.ENGINE_CONFIG)
-    # a target on a vLLM server: target="http://HOST:PORT/v1" and the served name
-    target_model: str | None = Field(default=None, description=doc.loader("target_model"))
-    target_tokenizer: str | None = Field(default=None, description=doc.loader("target_tokenizer"))
-    target_timeout: float | None = Field(default=None, gt=0,
-                                         description=doc.loader("target_timeout"))
-    target_api_key: SecretStr | None = Field(default=None, exclude=True, repr=False,
-                                             description=doc.TARGET_API_KEY)
+
+
+class SpecGuardLLM(ToolCalls, ChatCalls, LoaderFields, _LLMFields):
+    """SpecGuard (step-level speculative reasoning) as a LlamaIndex function-calling chat LLM.
+
+    Pass a loaded engine (`SpecGuardLLM(engine=engine)`; one engine can back several adapters and
+    concurrent callers), or `draft=` and `target=` (`model=` is the target too; neither: the
+    default Qwen2.5-Coder 0.5B/1.5B pair) to load the pair lazily on first use (`metadata` does not
+    load it). The vocabulary is shared with `ChatSpecGuard` (see
+    `specguard_integrations.common`): `config=` or `preset=` is the base of every call (else the
+    engine's config), then the knob fields (`temperature`, `max_tokens`, ...), then per-call
+    keywords to `chat`/`stream_chat`/... (`max_tokens`, `stop` and any `SpecGuardConfig` field).
+    An unknown argument is an error that lists the valid ones.
+    """
+
+    model_config = ConfigDict(protected_namespaces=())
+
     chat_template_kwargs: dict[str, Any] | None = Field(default=None,
                                                         description=doc.CHAT_TEMPLATE_KWARGS)
     context_window: int | None = Field(
