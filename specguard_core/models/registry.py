@@ -17,8 +17,9 @@ A converted folder counts as cached only while its weights are whole (each safet
 its header, each file its recorded size: `integrity.py`); `fetch` also checks the hashes and
 repairs what fails.
 
-`<cache>` is `$SPECGUARD_CACHE` or `~/.cache/specguard/models`. Nothing here touches the network
-at import time or in a constructor; only `fetch` (and the `specguard models fetch` command) does.
+`<cache>` is `$SPECGUARD_CACHE` or the user cache folder (`~/.cache/specguard/models` on Linux).
+Nothing here touches the network at import time or in a constructor; only `fetch` (and the
+`specguard models fetch` command) does.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
+
+import platformdirs
 
 from specguard_core.models.integrity import (  # noqa: F401 (the integrity checks, re-exported)
     MANIFEST,
@@ -126,9 +129,10 @@ Converter = Callable[[Path, Path, str], None]
 
 
 def cache_dir() -> Path:
-    """The cache root: `$SPECGUARD_CACHE` if set, else `~/.cache/specguard/models`."""
+    """The cache root: `$SPECGUARD_CACHE` if set, else the platform's user cache folder
+    (`platformdirs`: `~/.cache/specguard/models` on Linux, or under `$XDG_CACHE_HOME`)."""
     env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "specguard" / "models"
+    return Path(env).expanduser() if env else platformdirs.user_cache_path("specguard") / "models"
 
 
 def lookup(name: str, registry: Mapping[str, Bundle] = REGISTRY) -> Bundle | None:

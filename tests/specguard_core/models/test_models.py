@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -95,7 +96,11 @@ def test_cache_dir_honours_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv(models.CACHE_ENV, str(tmp_path))
     assert models.cache_dir() == tmp_path
     monkeypatch.delenv(models.CACHE_ENV)
-    assert models.cache_dir() == Path.home() / ".cache" / "specguard" / "models"
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    if sys.platform.startswith("linux"):  # the platform's user cache folder (platformdirs)
+        assert models.cache_dir() == Path.home() / ".cache" / "specguard" / "models"
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+        assert models.cache_dir() == tmp_path / "xdg" / "specguard" / "models"
 
 
 def test_resolve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
