@@ -1,8 +1,8 @@
 """`specguard serve`: load the draft/target pair once and serve it over an OpenAI-compatible API.
 
 The listening socket is bound before the models load, so a port in use (or not allowed) fails in
-a second with a plain message. FastAPI and uvicorn are imported in the handler only (the `serve`
-extra), so `specguard --help` stays fast.
+a second with a plain message. FastAPI, uvicorn and the rest of the `serve` extra are imported in
+the handler only, so `specguard --help` stays fast.
 """
 
 from __future__ import annotations
@@ -165,8 +165,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         from specguard.serve.app import ServeSettings, create_app
     except ImportError as err:
-        print(f"error: `specguard serve` needs FastAPI and uvicorn ({err.name} is missing); "
-              "install them with: pip install -e '.[serve]' (from a checkout)", file=sys.stderr)
+        print(f"error: `specguard serve` needs FastAPI, uvicorn, prometheus-client and openai "
+              f"({err.name} is missing); install them with: pip install -e '.[serve]' (from a "
+              "checkout)", file=sys.stderr)
         return 2
     load = load_options(args)  # a bad loading flag fails before the port is taken
     target = load.target_url or args.target

@@ -1,5 +1,7 @@
 """Engine steps -> OpenAI stream chunks: `StepDeltas` turns committed steps into deltas, the
-chunk builders wrap them, `sse` frames one event. Pure, no I/O."""
+chunk builders wrap them in the `openai` package's own types (`ChatCompletionChunk`, and
+`Completion` as OpenAI streams completions), validated as they are built, and `sse` frames one
+event (`wire.dump`). Pure, no I/O."""
 
 from __future__ import annotations
 
@@ -7,6 +9,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from openai import BaseModel
+from openai.types import Completion, CompletionChoice
+from openai.types.chat import ChatCompletionChunk
+from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
+
+from specguard.serve import wire
 from specguard.serve.convert import openai_tool_call, usage
 from specguard.serve.untrusted import encodable
 from specguard_core.text.steps import StepRules, strip_markers
@@ -77,7 +85,8 @@ class StepDeltas:
             if self.one_call and self.n_calls:
                 return {}
             self.n_calls += 1
-            return {"tool_calls": [{"index": self.n_calls - 1, **openai_tool_call(call)}]}
+            return {"tool_calls": [{"index": self.n_calls - 1,
+                                    **openai_tool_call(call).model_dump(exclude_unset=True)}]}
         raw = self.raw
         return self._send(self._answer(self._settled_end(raw)))
 
@@ -86,40 +95,54 @@ class StepDeltas:
         return self._send(final_text)
 
 
+def _fields(rid: str, obj: str, created: int, model: str, choice: BaseModel,
+            trace: dict[str, Any] | None, include_usage: bool) -> dict[str, Any]:
+    """A chunk's fields: `usage` null in every chunk but the usage chunk when the client asked
+    for it (as OpenAI does), the trace when there is one."""
+    out: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": model,
+                           "choices": [choice]}
+    if include_usage:
+        out["usage"] = None
+    if trace is not None:
+        out["specguard"] = trace
+    return out
+
+
 def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any],
                finish: str | None = None, trace: dict[str, Any] | None = None,
-               include_usage: bool = False, index: int = 0) -> dict[str, Any]:
-    chunk: dict[str, Any] = {
-        "id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-    if include_usage:
-        chunk["usage"] = None
-    if trace is not None:
-        chunk["specguard"] = trace
-    return chunk
+               include_usage: bool = False, index: int = 0) -> ChatCompletionChunk:
+    """A `chat.completion.chunk`; `delta`: `ChoiceDelta`'s fields (and vLLM's reasoning)."""
+    choice = Choice(index=index, delta=ChoiceDelta(**delta), logprobs=None, finish_reason=finish)
+    return ChatCompletionChunk(**_fields(rid, "chat.completion.chunk", created, model, choice,
+                                         trace, include_usage))
 
 
 def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None = None,
                      trace: dict[str, Any] | None = None,
-                     include_usage: bool = False, index: int = 0) -> dict[str, Any]:
-    chunk: dict[str, Any] = {
-        "id": rid, "object": "text_completion", "created": created, "model": model,
-        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]}
-    if include_usage:
-        chunk["usage"] = None
-    if trace is not None:
-        chunk["specguard"] = trace
-    return chunk
+                     include_usage: bool = False, index: int = 0) -> Completion:
+    """A streamed `text_completion`. OpenAI's `CompletionChoice` requires a finish_reason, which a
+    chunk before the last has as null (OpenAI and vLLM send it so, and the SDK reads chunks
+    without validating them): the choice is validated as finished, then given the real one."""
+    choice = CompletionChoice(index=index, text=text, logprobs=None,
+                              finish_reason=finish or "stop")
+    choice.finish_reason = finish  # type: ignore[assignment]
+    return Completion(**_fields(rid, "text_completion", created, model, choice, trace,
+                                include_usage))
 
 
 def usage_chunk(rid: str, model: str, created: int, obj: str,
-                result: GenerationResult | Sequence[GenerationResult]) -> dict[str, Any]:
+                result: GenerationResult | Sequence[GenerationResult]
+                ) -> ChatCompletionChunk | Completion:
     """The extra last chunk of `stream_options.include_usage`: no choices, the runs' usage."""
-    return {"id": rid, "object": obj, "created": created, "model": model, "choices": [],
-            "usage": usage(result)}
+    kind = ChatCompletionChunk if obj == "chat.completion.chunk" else Completion
+    return kind(id=rid, object=obj, created=created, model=model, choices=[],
+                usage=usage(result))
 
 
-def sse(data: dict[str, Any] | str) -> str:
-    """One server-sent event, encodable to UTF-8 whatever the model wrote (`encodable`)."""
+def sse(data: wire.Response | dict[str, Any] | str) -> str:
+    """One server-sent event (a chunk, `wire.dump`ed; an error object; "[DONE]"), encodable to
+    UTF-8 whatever the model wrote (`encodable`)."""
+    if isinstance(data, BaseModel):
+        data = wire.dump(data)
     text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
     return f"data: {encodable(text)}\n\n"

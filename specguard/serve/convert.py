@@ -1,9 +1,11 @@
 """OpenAI requests -> engine inputs; engine results -> OpenAI responses (stream chunks:
 `chunks.py`).
 
-Pure functions, no I/O: `generation.py` does the HTTP. Every response and
-chunk carries the SpecGuard trace in a `specguard` extension field (`StepRecord.trace()` per step,
-`GenerationResult.trace()` per run), which OpenAI clients ignore and keep in `model_extra`.
+Pure functions, no I/O: `generation.py` does the HTTP. Responses are the `openai` package's own
+types (`ChatCompletion`, `Completion`), validated as they are built; `wire.dump` makes them JSON.
+Every response and chunk carries the SpecGuard trace in a `specguard` extension field
+(`StepRecord.trace()` per step, `GenerationResult.trace()` per run), which OpenAI clients ignore
+and keep in `model_extra`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,11 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from openai.types import Completion, CompletionChoice, CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageToolCall
+from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
+from openai.types.chat.chat_completion_message_tool_call import Function
+from openai.types.completion_usage import CompletionTokensDetails
 from pydantic import ValidationError
 
 from specguard.serve.extension import Limits, validation_text
@@ -72,7 +79,7 @@ def openai_finish(reason: FinishReason) -> str:
     return "length" if reason == "max_steps" else reason
 
 
-def usage(result: GenerationResult | Sequence[GenerationResult]) -> dict[str, Any]:
+def usage(result: GenerationResult | Sequence[GenerationResult]) -> CompletionUsage:
     """OpenAI's usage of one run, or of the runs of n choices (the prompt counted once)."""
     results = [result] if isinstance(result, GenerationResult) else list(result)
     prompt = results[0].usage.prompt_tokens
@@ -81,14 +88,15 @@ def usage(result: GenerationResult | Sequence[GenerationResult]) -> dict[str, An
                            "total_tokens": prompt + completion}
     reasoning = sum(len(s.token_ids) for r in results for s in r.steps if s.kind == "reasoning")
     if reasoning:
-        out["completion_tokens_details"] = {"reasoning_tokens": reasoning}
-    return out
+        out["completion_tokens_details"] = CompletionTokensDetails(reasoning_tokens=reasoning)
+    return CompletionUsage(**out)
 
 
-def openai_tool_call(call: ToolCall) -> dict[str, Any]:
-    return {"id": call.id, "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(call.arguments,
-                                                                      ensure_ascii=False)}}
+def openai_tool_call(call: ToolCall) -> ChatCompletionMessageToolCall:
+    return ChatCompletionMessageToolCall(
+        id=call.id, type="function",
+        function=Function(name=call.name,
+                          arguments=json.dumps(call.arguments, ensure_ascii=False)))
 
 
 def _invalid(result: GenerationResult) -> list[dict[str, Any]]:
@@ -122,10 +130,11 @@ def run_trace(result: GenerationResult, steps: bool = True) -> dict[str, Any]:
     return json_safe(trace)
 
 
-def chat_response(result: GenerationResult, rid: str, model: str,
-                  one_call: bool = False) -> dict[str, Any]:
+def chat_response(result: GenerationResult, rid: str, model: str, one_call: bool = False,
+                  logprobs: list[dict[str, Any]] | None = None) -> ChatCompletion:
     """A `chat.completion` object. Only verified tool calls appear in `tool_calls`; with
-    `one_call` (the request's `parallel_tool_calls=false`) only the first, as vLLM and OpenAI do."""
+    `one_call` (the request's `parallel_tool_calls=false`) only the first, as vLLM and OpenAI do.
+    `logprobs`: the answer's `logprobs.content` entries (`GenerationResult.answer_logprobs`)."""
     message: dict[str, Any] = {"role": "assistant", "content": result.text or None,
                                "refusal": None}
     if result.tool_calls:
@@ -135,28 +144,30 @@ def chat_response(result: GenerationResult, rid: str, model: str,
         message["content"] = ""
     if result.reasoning:  # vLLM's two names: `reasoning` now, `reasoning_content` before
         message["reasoning"] = message["reasoning_content"] = result.reasoning
-    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": openai_finish(result.finish_reason)}],
-            "usage": usage(result), "specguard": run_trace(result)}
+    choice = Choice(index=0, message=ChatCompletionMessage(**message),
+                    logprobs=None if logprobs is None else
+                    ChoiceLogprobs(content=logprobs, refusal=None),
+                    finish_reason=openai_finish(result.finish_reason))
+    return ChatCompletion(id=rid, object="chat.completion", created=int(time.time()), model=model,
+                          choices=[choice], usage=usage(result), specguard=run_trace(result))
 
 
-def completion_response(result: GenerationResult, rid: str, model: str) -> dict[str, Any]:
+def completion_response(result: GenerationResult, rid: str, model: str) -> Completion:
     """A `text_completion` object: the answer text (reasoning in the trace only)."""
-    return {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "text": result.text, "logprobs": None,
-                         "finish_reason": openai_finish(result.finish_reason)}],
-            "usage": usage(result), "specguard": run_trace(result)}
+    choice = CompletionChoice(index=0, text=result.text, logprobs=None,
+                              finish_reason=openai_finish(result.finish_reason))
+    return Completion(id=rid, object="text_completion", created=int(time.time()), model=model,
+                      choices=[choice], usage=usage(result), specguard=run_trace(result))
 
 
-def merge_choices(bodies: Sequence[dict[str, Any]], results: Sequence[GenerationResult]
-                  ) -> dict[str, Any]:
+def merge_choices(bodies: Sequence[ChatCompletion | Completion],
+                  results: Sequence[GenerationResult]) -> ChatCompletion | Completion:
     """The response of n choices from n single-choice bodies: choices indexed 0..n-1, usage over
     all runs (prompt once), and `specguard` as {"choices": [each run's trace]}; one body as is."""
     if len(bodies) == 1:
-        return dict(bodies[0])
-    out = dict(bodies[0])
-    out["choices"] = [{**b["choices"][0], "index": i} for i, b in enumerate(bodies)]
-    out["usage"] = usage(results)
-    out["specguard"] = {"choices": [b["specguard"] for b in bodies]}
-    return out
+        return bodies[0]
+    choices = [b.choices[0].model_copy(update={"index": i}) for i, b in enumerate(bodies)]
+    traces = [(b.model_extra or {})["specguard"] for b in bodies]
+    return type(bodies[0]).model_validate({**bodies[0].model_dump(exclude_unset=True),
+                                           "choices": choices, "usage": usage(results),
+                                           "specguard": {"choices": traces}})

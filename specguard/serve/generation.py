@@ -18,8 +18,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
+from openai.types import Completion
+from openai.types.chat import ChatCompletion
 
-from specguard.serve import chunks, convert
+from specguard.serve import chunks, convert, wire
 from specguard.serve.errors import client_safe, failure
 from specguard.serve.intake import sent
 from specguard.serve.metrics import Metrics, outcome_of
@@ -34,7 +36,7 @@ from specguard_core.types import GenerationResult
 if TYPE_CHECKING:
     from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
 
-Build = Callable[..., dict[str, Any]]
+Build = Callable[..., ChatCompletion | Completion]
 OVERFLOW = chunks.sse({"error": {**error_body(
     "the stream was ended: its client read too slowly and the server's buffer of unread events "
     "(`specguard serve --max-stream-buffer-bytes`) is full; read the stream as it comes, or ask "
@@ -72,11 +74,9 @@ class Generation:
                            param="specguard" if req.specguard else None) from None
 
     def with_logprobs(self, result: GenerationResult, rid: str, model: str,
-                      one_call: bool = False) -> dict[str, Any]:
-        body = convert.chat_response(result, rid, model, one_call)
-        body["choices"][0]["logprobs"] = {
-            "content": result.answer_logprobs(self.engine.token_text), "refusal": None}
-        return body
+                      one_call: bool = False) -> ChatCompletion:
+        return convert.chat_response(result, rid, model, one_call,
+                                     result.answer_logprobs(self.engine.token_text))
 
     def failure(self, err: Exception, request: Request) -> APIError:
         return failure(err, sent(request), self.hidden)
@@ -133,8 +133,8 @@ class Generation:
             lease.release()
         results = [stream.result for stream in lease.streams]
         self.metrics.finished(call.endpoint, results, time.monotonic() - call.arrived)
-        return JSONBody(convert.merge_choices(
-            [call.build(r, rid, self.model_name) for r in results], results))
+        return JSONBody(wire.dump(convert.merge_choices(
+            [call.build(r, rid, self.model_name) for r in results], results)))
 
     async def produce(self, request: Request, call: Call, relay: Relay, rid: str, obj: str,
                       stops: tuple[str, ...], include_usage: bool, one_call: bool,
