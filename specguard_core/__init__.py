@@ -3,8 +3,9 @@
 Folders by concern, nothing imports upward: `config`, `types` -> `text/` (steps, chat, formats,
 schema; torch-free) and `models/` (registry, fetch, loading: where weights come from) ->
 `concurrency/` (turns, the CPU runner, batching) -> `cache/` (model handles, KV caches, the
-`Target` protocol) -> `remote/` (a target on a vLLM server) and `engine/` (the algorithm, with
-`engine/verify/`: signals, verifiers, cards) -> `testing` (scripted stand-in models).
+`Target` protocol) -> `decoding/` (sampling, a proposal's data) -> `remote/` (a target on a vLLM
+server) -> `engine/` (the algorithm, with `engine/verify/`: signals, verifiers, cards) ->
+`testing` (scripted stand-in models).
 Names are exported lazily, so importing the package (or running `specguard --help`) does not
 load torch or transformers.
 """

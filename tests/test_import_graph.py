@@ -24,6 +24,7 @@ CORE_LAYERS = {
     # the folders' own __init__ modules import nothing
     "specguard_core.text": 0, "specguard_core.concurrency": 0, "specguard_core.cache": 0,
     "specguard_core.remote": 0, "specguard_core.engine.verify": 0, "specguard_core.engine.run": 0,
+    "specguard_core.decoding": 0,
     "specguard_core.models": 1,
     "specguard_core.text.errors": 0, "specguard_core.text.tool_choice": 1,
     "specguard_core.text.steps": 1, "specguard_core.text.chat": 1,
@@ -31,12 +32,13 @@ CORE_LAYERS = {
     "specguard_core.text.messages": 1, "specguard_core.text.tool_calls": 1,
     "specguard_core.text.vocab_bytes": 0,
     "specguard_core.concurrency.cpu_runner": 2, "specguard_core.concurrency.turns": 2,
-    "specguard_core.engine.verify.signals": 2, "specguard_core.engine.sampling": 2,
+    "specguard_core.engine.verify.signals": 2, "specguard_core.decoding.sampling": 2,
     "specguard_core.remote.deadline": 2, "specguard_core.engine.verify.fingerprint": 2,
     "specguard_core.cache.capture": 3, "specguard_core.cache.state": 3,
     "specguard_core.cache.handle": 3, "specguard_core.cache.batching": 3,
     "specguard_core.concurrency.padded": 4, "specguard_core.remote.http": 4,
     "specguard_core.text.step_text": 4, "specguard_core.engine.verify.bounds": 4,
+    "specguard_core.decoding.proposal": 5,
     "specguard_core.engine.proposer": 5, "specguard_core.engine.selector": 5,
     "specguard_core.engine.speculative": 5, "specguard_core.remote.served": 5,
     "specguard_core.engine.verify.cards": 5, "specguard_core.engine.verify.registry": 5,
@@ -52,6 +54,13 @@ CORE_LAYERS = {
     "specguard_core.engine": 10,  # the package's lazy re-exports and the moved modules' old paths
     "specguard_core.testing": 11,
     "specguard_core": 12,  # the package's lazy re-exports
+}
+# Folders of the core that never import another, whatever the modules' layers: `decoding/` (the
+# sampling and a proposal's data) sits below both the served target and the engine, `remote/`
+# below the engine that drives it.
+CORE_FOLDERS_BELOW = {
+    "specguard_core.decoding": ("specguard_core.engine", "specguard_core.remote"),
+    "specguard_core.remote": ("specguard_core.engine",),
 }
 # Inside the bench, from the bottom: what every mode shares, the modes (concurrency serves the
 # reasoning problems, the agents grade GSM8K answers, the verifier's data uses the reasoning prompt),
@@ -124,6 +133,16 @@ def test_no_upward_arrows() -> None:
                 if src is not None and dst is not None and dst > src:
                     bad.append((module, imp))
     assert not bad, bad
+
+
+def test_core_folder_order() -> None:
+    graph = _graph()
+    assert any(m.startswith("specguard_core.remote.") for m in graph)
+    bad = [(module, imp) for module, imports in graph.items()
+           for folder, above in CORE_FOLDERS_BELOW.items()
+           if module == folder or module.startswith(folder + ".")
+           for imp in imports if imp.startswith(tuple(f"{a}." for a in above)) or imp in above]
+    assert not bad, f"these folders must not import the ones above them: {bad}"
 
 
 def test_no_cycles() -> None:
@@ -201,3 +220,14 @@ def test_moved_engine_modules_keep_their_old_path_with_a_warning() -> None:
         warnings.simplefilter("ignore", DeprecationWarning)
         old = importlib.import_module("specguard_core.engine.steps")
     assert old is importlib.import_module("specguard_core.text.steps")
+
+
+def test_sampling_keeps_its_old_engine_path_with_a_warning() -> None:
+    code = ("import warnings; warnings.simplefilter('error');\n"
+            "try:\n import specguard_core.engine.sampling\nexcept DeprecationWarning as e: print(e)\n"
+            "warnings.simplefilter('ignore'); import specguard_core.engine.sampling as old;\n"
+            "import specguard_core.decoding.sampling as new; print(old is new)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
+    assert "moved to specguard_core.decoding.sampling" in out.stdout
+    assert out.stdout.strip().endswith("True")

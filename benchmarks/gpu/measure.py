@@ -28,7 +28,8 @@ from benchmarks.gpu.timing import Timer
 from specguard_core.cache.capture import last_layers
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState
-from specguard_core.engine.proposer import SampleSpec, propose
+from specguard_core.decoding.proposal import SampleSpec
+from specguard_core.engine.proposer import propose
 from specguard_core.text.steps import StepRules
 
 Table = dict[str, dict[str, float]]  # context -> (rows or tokens) -> seconds

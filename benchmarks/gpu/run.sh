@@ -23,7 +23,7 @@ PY=${PYTHON:-$(command -v python3 || command -v python)}
 TOTAL_S=${TOTAL_S:-450}
 TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-180}
 GPU_TESTS=(tests/specguard_core/engine/test_engine.py tests/specguard_core/engine/test_fallback.py
-           tests/specguard_core/engine/test_speculative.py tests/specguard_core/engine/test_sampling.py
+           tests/specguard_core/engine/test_speculative.py tests/specguard_core/decoding/test_sampling.py
            tests/specguard_core/concurrency/test_padded.py tests/specguard_core/concurrency/test_batcher.py
            tests/benchmarks_gpu/test_costs.py)
 status=0

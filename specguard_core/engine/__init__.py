@@ -1,9 +1,9 @@
 """The algorithm: the step loop (`loop`: `SpecGuardEngine`), a request's start and one step of it
-(`run/`), its per-request state (`request`), the draft's proposal (`proposer`) and the choice
-among candidates (`selector`), sampling (`sampling`), the target's check of a draft step
-(`speculative`: acceptance rules; `check`: the check that grows while the draft writes), the
-target's fallback (`fallback`), the verifier's glue (`judge`, over `verify/`), the step stream
-(`stream`) and its asyncio bridge (`aio`).
+(`run/`), its per-request state (`request`), the draft's proposal (`proposer`, over the types and
+the sampling in `decoding/`) and the choice among candidates (`selector`), the target's check of a
+draft step (`speculative`: acceptance rules; `check`: the check that grows while the draft
+writes), the target's fallback (`fallback`), the verifier's glue (`judge`, over `verify/`), the
+step stream (`stream`) and its asyncio bridge (`aio`).
 
 `SpecGuardEngine` and `GenerationStream` are exported lazily (importing a module of the package
 alone does not load the engine). Modules that moved out of this package keep their old import

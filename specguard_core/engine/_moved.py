@@ -25,6 +25,7 @@ MOVED = {
     "remote": "specguard_core.remote.target", "remote_http": "specguard_core.remote.http",
     "remote_load": "specguard_core.remote.load", "signals": "specguard_core.engine.verify.signals",
     "verifier": "specguard_core.engine.verify.verifier", "probe": "specguard_core.engine.verify.cards",
+    "sampling": "specguard_core.decoding.sampling",
 }
 
 

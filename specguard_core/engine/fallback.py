@@ -28,9 +28,10 @@ import torch
 
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState, Target, TentativePass
-from specguard_core.engine.proposer import Proposal, SampleSpec, StepText, propose
+from specguard_core.decoding.proposal import Proposal, SampleSpec
+from specguard_core.decoding.sampling import Shaping, nucleus_probs, sample_with_probs
+from specguard_core.engine.proposer import StepText, propose
 from specguard_core.engine.request import Request, Step
-from specguard_core.engine.sampling import Shaping, nucleus_probs, sample_with_probs
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.speculative import (
     accepted_prefix,

@@ -19,9 +19,9 @@ from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import Target, TentativePass
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine.proposer import Candidate, SampleSpec
+from specguard_core.decoding.proposal import Candidate, SampleSpec
+from specguard_core.decoding.sampling import Shaping
 from specguard_core.engine.request import Request
-from specguard_core.engine.sampling import Shaping
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.speculative import Rule, judged_prefix
 from specguard_core.engine.verify.cards import Cards

@@ -4,96 +4,29 @@ Used for the draft's proposals (with attention capture for grounding) and for th
 regeneration (k=1 greedy or k samples). The k rows share the prefix's KV cache (forked in place);
 each row stops at a step boundary (`steps.step_end`), an EOS token or the token budget, and every kept
 token is fed through the model, so its attention row is captured and the cache of the chosen row is
-complete when it is committed. `propose` returns a `Proposal`: `.keep(i)` commits row i's step,
-`.discard()` rolls the cache back to the prefix. One host transfer per decode step (the sampled
-tokens and their log-probs); text grows through an incremental detokeniser (`StepText`, in
-`text/step_text.py`: where a step ends, on whole characters).
+complete when it is committed. `propose` returns a `Proposal` (`decoding/proposal.py`, with
+`SampleSpec` and `Candidate`): `.keep(i)` commits row i's step, `.discard()` rolls the cache back
+to the prefix. One host transfer per decode step (the sampled tokens and their log-probs); text
+grows through an incremental detokeniser (`StepText`, in `text/step_text.py`: where a step ends,
+on whole characters).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState
-from specguard_core.engine.sampling import NO_SHAPING, Shaping, sample_with_probs
+from specguard_core.decoding.proposal import Candidate, Proposal, SampleSpec
+from specguard_core.decoding.sampling import sample_with_probs
 from specguard_core.engine.verify.signals import sparsify_rows
-from specguard_core.text.step_text import WHOLE_CHAR_GRACE, EndReason, StepText
-from specguard_core.text.steps import StepRules
+from specguard_core.text.step_text import WHOLE_CHAR_GRACE, StepText
 
-if TYPE_CHECKING:
-    from specguard_core.cache.state import Target
-
+# the proposal's types live in `decoding/proposal.py`; re-exported here, where they always were
 __all__ = ["WHOLE_CHAR_GRACE", "Candidate", "Proposal", "SampleSpec", "StepText", "propose"]
-
-
-
-@dataclass(frozen=True)
-class SampleSpec:
-    """How to sample one step. `capture_layers=None` skips attention capture."""
-
-    k: int
-    temperature: float
-    top_p: float
-    max_tokens: int
-    rules: StepRules
-    capture_layers: frozenset[int] | None = None
-    sparsify_threshold: float = 0.01
-    hidden: bool = False
-    pool_layers: tuple[int, ...] = ()  # hidden-state layers (0 = embeddings) to mean-pool per step
-    shaping: Shaping = NO_SHAPING  # top-k, min-p, repetition penalty (`sampling.Shaping`)
-    grace: int = 0  # tokens past max_tokens a step may take to complete its first character
-
-
-@dataclass
-class Candidate:
-    """One sampled step. `logprobs: [T]` raw (temperature-1) log-probs of `token_ids`;
-    `sample_probs: [T]` each token's probability under the distribution it was drawn from (1.0 when
-    greedy; speculative sampling's q); `step_rows: [L, F, F]` sparsified attention rows of the F fed
-    tokens on step columns; `embedding: [d]` mean last hidden state over the fed tokens;
-    `pooled[layer]: [d]` the mean hidden state of that layer over the fed tokens, for each of
-    `SampleSpec.pool_layers`."""
-
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    text: str = ""
-    end: EndReason | None = None
-    n_fed: int = 0
-    next_logits: torch.Tensor | None = None
-    step_rows: torch.Tensor | None = None
-    embedding: torch.Tensor | None = None
-    pooled: dict[int, torch.Tensor] = field(default_factory=dict)
-    sample_probs: list[float] = field(default_factory=list)
-
-    @property
-    def fed(self) -> list[int]:
-        """The tokens that went through the model (all but a final EOS)."""
-        return self.token_ids[: self.n_fed]
-
-
-@dataclass
-class Proposal:
-    """k candidate steps over a forked cache. End it with `keep(i)` or `discard()`."""
-
-    handle: Target
-    state: CacheState
-    candidates: list[Candidate]
-
-    def keep(self, i: int, n_tokens: int | None = None) -> None:
-        """Keep row `i`: commit its fed tokens (or only the first `n_tokens`), drop the other rows."""
-        cand = self.candidates[i]
-        n = cand.n_fed if n_tokens is None else min(n_tokens, cand.n_fed)
-        self.handle.commit_row(self.state, i, cand.token_ids[:n],
-                               cand.next_logits if n == cand.n_fed else None)
-
-    def discard(self) -> None:
-        """Roll the cache back to the prefix, as if nothing had been proposed."""
-        self.handle.drop_uncommitted(self.state)
 
 
 def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from specguard_core.engine.proposer import Candidate
+from specguard_core.decoding.proposal import Candidate
 from specguard_core.engine.verify.signals import soft_medoid
 
 

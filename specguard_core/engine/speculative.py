@@ -14,9 +14,9 @@
   probabilities: the last token's, or the run's product; transformers' assistant confidence and
   SpecDec++'s stopping rule).
 
-`p` is the target's distribution after the request's shaping (`sampling.py`: repetition penalty,
-temperature, top-k, top-p, min-p; `nucleus_probs`), `q` the distribution the draft sampled the token
-from, after the same shaping of the draft's logits. Logits passed in are already penalised
+`p` is the target's distribution after the request's shaping (`decoding/sampling.py`: repetition
+penalty, temperature, top-k, top-p, min-p; `nucleus_probs`), `q` the distribution the draft sampled
+the token from, after the same shaping of the draft's logits. Logits passed in are already penalised
 (`Shaping.penalise_rows`), except `typical_prefix`'s, which penalises them itself.
 """
 
@@ -29,7 +29,7 @@ import torch
 
 from specguard_core.config import Acceptance as Rule
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine.sampling import NO_SHAPING, Shaping, nucleus_probs, warp_logits
+from specguard_core.decoding.sampling import NO_SHAPING, Shaping, nucleus_probs, warp_logits
 
 
 def draft_doubts(run_logprobs: Sequence[float], token_below: float, run_below: float) -> bool:

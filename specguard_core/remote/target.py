@@ -33,10 +33,11 @@ import torch
 from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.state import CacheState, TentativePass
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine.proposer import Candidate, Proposal, SampleSpec, StepText
+from specguard_core.decoding.proposal import Candidate, Proposal, SampleSpec
 from specguard_core.remote.http import RemoteTargetError  # noqa: F401 (re-exported)
 from specguard_core.remote.served import PROBE, ServedModel  # noqa: F401 (PROBE re-exported)
 from specguard_core.text.chat import InputError
+from specguard_core.text.step_text import StepText
 
 NEG = -1.0e4  # the logit of a token outside the server's top K (finite: entropy stays a number)
 

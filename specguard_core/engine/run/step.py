@@ -20,10 +20,11 @@ from typing import Literal, Protocol
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import Target, TentativePass
 from specguard_core.config import Acceptance
+from specguard_core.decoding.proposal import Candidate, Proposal
 from specguard_core.engine.check import GrowingCheck
 from specguard_core.engine.fallback import generated, regenerate, speculate
 from specguard_core.engine.judge import Judge
-from specguard_core.engine.proposer import Candidate, Proposal, propose
+from specguard_core.engine.proposer import propose
 from specguard_core.engine.request import Phases, Request, Step
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.verify.verifier import Verdict

@@ -12,7 +12,7 @@ import torch
 from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.state import TentativePass
 from specguard_core.config import SpecGuardConfig
-from specguard_core.engine.proposer import Candidate
+from specguard_core.decoding.proposal import Candidate
 from specguard_core.engine.verify import signals
 from specguard_core.engine.verify.registry import Scores, paper_score, verifier_for
 from specguard_core.text.chat import parse_tool_call

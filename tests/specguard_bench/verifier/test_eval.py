@@ -23,8 +23,9 @@ from specguard_bench.verifier.features import (
 from specguard_core.cache import capture
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.config import SpecGuardConfig
+from specguard_core.decoding.proposal import SampleSpec
 from specguard_core.engine.loop import SpecGuardEngine
-from specguard_core.engine.proposer import SampleSpec, propose
+from specguard_core.engine.proposer import propose
 from specguard_core.engine.verify.cards import Fingerprint, VerifierCard, fingerprint, load_probe
 from specguard_core.engine.verify.verifier import draft_scores
 from specguard_core.text.steps import StepRules

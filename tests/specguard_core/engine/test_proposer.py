@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from specguard_core.cache.handle import ModelHandle
-from specguard_core.engine.proposer import SampleSpec, propose
-from specguard_core.engine.sampling import nucleus_probs, sample_tokens, sample_with_probs
+from specguard_core.decoding.proposal import SampleSpec
+from specguard_core.decoding.sampling import nucleus_probs, sample_tokens, sample_with_probs
+from specguard_core.engine.proposer import propose
 from specguard_core.text.steps import StepRules
 from tests.specguard_core.engine.stats_helpers import chi_square_p
 

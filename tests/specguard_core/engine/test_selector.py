@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from specguard_core.engine.proposer import Candidate
+from specguard_core.decoding.proposal import Candidate
 from specguard_core.engine.selector import Selector
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from specguard_core.engine.sampling import nucleus_probs, sample_with_probs
+from specguard_core.decoding.sampling import nucleus_probs, sample_with_probs
 from specguard_core.engine.speculative import accepted_prefix, next_token, typical_accept
 from tests.specguard_core.engine.stats_helpers import chi_square_p
 

@@ -18,7 +18,7 @@ from transformers.generation.logits_process import (
 
 from specguard_core import SpecGuardConfig
 from specguard_core.config import parse_sets
-from specguard_core.engine.sampling import (
+from specguard_core.decoding.sampling import (
     Shaping,
     nucleus_probs,
     sample_tokens,
