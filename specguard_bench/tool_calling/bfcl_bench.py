@@ -134,32 +134,55 @@ def group_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def as_target(group: Sequence[Mapping[str, Any]], target: Mapping[str, Mapping[str, Any]]
+              ) -> dict[str, Any]:
+    """How a method's tasks compare with the target's rows of the same tasks (`target`: by uid):
+    tasks compared, tasks with the target's calls exactly, tasks where it called and the target
+    answered or the other way round."""
+    pairs = [(r, target[r["uid"]]) for r in group if r["uid"] in target]
+    return {"compared": len(pairs),
+            "same_calls": sum(r["calls"] == t["calls"] for r, t in pairs),
+            "choice_differs": sum(bool(r["calls"]) != bool(t["calls"]) for r, t in pairs)}
+
+
 def summarize(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]
               ) -> dict[str, dict[str, dict[str, Any]]]:
-    """{category: {method: group summary}}, categories in row order, then "all" (every task)."""
+    """{category: {method: group summary}}, categories in row order, then "all" (every task);
+    each with its comparison to the target (`as_target`) and its mean latency over token-level
+    SD's (`vs_token_sd`) when those methods ran."""
     categories = list(dict.fromkeys(r["category"] for r in rows))
+    target = {r["uid"]: r for r in rows if r["method"] == "target"}
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for category in [*categories, "all"]:
         groups = {m: [r for r in rows if r["method"] == m
                       and (category == "all" or r["category"] == category)] for m in methods}
-        out[category] = {m: group_summary(g) for m, g in groups.items() if g}
+        out[category] = {m: {**group_summary(g), "as_target": as_target(g, target)}
+                         for m, g in groups.items() if g}
+        sd = out[category].get("token-sd")
+        for s in out[category].values():
+            s["vs_token_sd"] = s["latency_mean_s"] / sd["latency_mean_s"] if sd else None
     return out
 
 
 def markdown_table(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
     """One row per (category, method)."""
-    head = ("| category | method | accuracy | invalid calls | median s | mean s | new tokens | "
-            "steps | kept/checked/verified/regen per task |")
+    head = ("| category | method | accuracy | invalid calls | target's calls | call/answer "
+            "differs | median s | mean s | vs token-SD | new tokens | steps | "
+            "kept/checked/verified/regen per task |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for category, methods in summary.items():
         for method, s in methods.items():
             paths = s["paths_per_task"]
             per_path = "/".join(f"{paths[p]:.1f}" for p in PATHS) if paths else "–"
+            vs = s["as_target"]
+            same, differs = ((f"{vs['same_calls']}/{vs['compared']}", str(vs["choice_differs"]))
+                             if vs["compared"] else ("–", "–"))
             lines.append(
                 f"| {category} | {method} | {s['accuracy']:.1%} ({s['n_correct']}/{s['n']}) | "
                 f"{fmt_cell(s['invalid_call_rate'], '.1%')} ({s['invalid_calls']}/{s['calls']}) "
-                f"| {s['latency_median_s']:.2f} | {s['latency_mean_s']:.2f} | "
-                f"{s['new_tokens_mean']:.0f} | {fmt_cell(s['steps_mean'], '.1f')} | {per_path} |")
+                f"| {same} | {differs} | {s['latency_median_s']:.2f} | {s['latency_mean_s']:.2f} "
+                f"| {fmt_cell(s['vs_token_sd'], '.2f', 'x')} | {s['new_tokens_mean']:.0f} | "
+                f"{fmt_cell(s['steps_mean'], '.1f')} | {per_path} |")
     return "\n".join(lines) + "\n"
 
 

@@ -83,9 +83,15 @@ def test_bfcl_suite_scores_every_method_and_resumes(engine: Any, tmp_path: Path,
     assert cats["all"]["target"]["accuracy"] == 1.0 and cats["all"]["draft"]["n_correct"] == 8
     assert cats["parallel"]["target"]["calls"] == 4
     assert cats["parallel"]["target"]["invalid_call_rate"] == 0.0
+    # beside the target: the draft's wrong value is another call; balanced makes the target's
+    assert cats["simple_python"]["draft"]["as_target"] == {"compared": 2, "same_calls": 1,
+                                                           "choice_differs": 0}
+    assert cats["irrelevance"]["draft"]["as_target"]["choice_differs"] == 1  # it called
+    assert cats["all"]["specguard-balanced"]["as_target"]["same_calls"] == 10
+    assert cats["all"]["token-sd"]["vs_token_sd"] == 1.0
     table = (out / "results.md").read_text()
-    assert "| simple_python | draft | 50.0% (1/2) |" in table
-    assert "| all | specguard-balanced | 100.0% (10/10) |" in table
+    assert "| simple_python | draft | 50.0% (1/2) | 0.0% (0/2) | 1/2 | 0 |" in table
+    assert "| all | specguard-balanced | 100.0% (10/10) | 0.0% (0/12) | 10/10 | 0 |" in table
 
     # resumed: nothing runs again (the engine is not even loaded); one missing pair reruns
     assert main(argv) == 0 and len(rows(out)) == 10 * len(BFCL_METHODS) and len(loads) == 1
