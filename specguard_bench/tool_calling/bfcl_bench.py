@@ -137,12 +137,16 @@ def group_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def as_target(group: Sequence[Mapping[str, Any]], target: Mapping[str, Mapping[str, Any]]
               ) -> dict[str, Any]:
     """How a method's tasks compare with the target's rows of the same tasks (`target`: by uid):
-    tasks compared, tasks with the target's calls exactly, tasks where it called and the target
-    answered or the other way round."""
+    tasks compared, tasks with exactly the target's calls (valid ones equal, invalid ones the same
+    text), tasks where it wrote a call (valid or not) and the target answered, or the other way
+    round."""
+    def calls(r: Mapping[str, Any]) -> tuple[Any, Any]:
+        return r["calls"], [c["raw"] for c in r["invalid_calls"]]
+
     pairs = [(r, target[r["uid"]]) for r in group if r["uid"] in target]
     return {"compared": len(pairs),
-            "same_calls": sum(r["calls"] == t["calls"] for r, t in pairs),
-            "choice_differs": sum(bool(r["calls"]) != bool(t["calls"]) for r, t in pairs)}
+            "same_calls": sum(calls(r) == calls(t) for r, t in pairs),
+            "choice_differs": sum(any(calls(r)) != any(calls(t)) for r, t in pairs)}
 
 
 def summarize(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]
