@@ -21,7 +21,10 @@ SUMMARY, TABLE, PLOT = "concurrency.json", "concurrency.md", "concurrency.png"
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The `q`-th percentile (0-100) with linear interpolation between order statistics (numpy's
-    default); one value is every percentile of itself."""
+    default); one value is every percentile of itself. Written out because no library call
+    gives these exact floats: `numpy.percentile(method="linear")` places q as q/100 * (n-1) and
+    interpolates back from the upper value past the midpoint, so it differs in the last bits
+    (as do `torch.quantile` and `statistics.quantiles`) and would rewrite concurrency.json."""
     if not values:
         raise ValueError("percentile of no values")
     ordered = sorted(values)
