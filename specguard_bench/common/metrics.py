@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specguard_bench.common.rows import ProblemRow
+from specguard_bench.common.table import md_table
 
 OVERHEAD_PHASES = ("select", "score")
 
@@ -186,25 +187,27 @@ def _paths(s: MethodSummary) -> str:
     return "–" if None in counts else "/".join(f"{c:.0f}" for c in counts if c is not None)
 
 
+_HEAD = (
+    "method", "accuracy", "median s", "mean s", "tok/s", "vs target", "vs token-sd",
+    "target steps", "target tokens", "acceptance", "select+score", "prefilled draft/target",
+    "measured/ideal", "kept/checked/regen steps", "tok/target fwd", "draft wasted", "truncated",
+)
+
+
 def markdown_table(summaries: Mapping[str, MethodSummary]) -> str:
     """The summaries as a GitHub markdown table (one row per method)."""
-    head = (
-        "| method | accuracy | median s | mean s | tok/s | vs target | vs token-sd | "
-        "target steps | target tokens | acceptance | select+score | prefilled draft/target | "
-        "measured/ideal | kept/checked/regen steps | tok/target fwd | draft wasted | truncated |"
-    )
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for s in summaries.values():
-        prefilled = f"{fmt_cell(s.prefilled_draft_mean, '.0f')}/{fmt_cell(s.prefilled_target_mean, '.0f')}"
-        lines.append(
-            f"| {s.method} | {s.accuracy:.1%} ({s.n_correct}/{s.n}) | {s.latency_median_s:.2f} | "
-            f"{s.latency_mean_s:.2f} | {s.tokens_per_s:.1f} | "
-            f"{fmt_cell(s.speedup_vs_target, '.2f', 'x')} | "
-            f"{fmt_cell(s.speedup_vs_token_sd, '.2f', 'x')} | "
-            f"{fmt_cell(s.target_step_fraction, '.1%')} | {fmt_cell(s.target_token_fraction, '.1%')} | "
-            f"{fmt_cell(s.acceptance_rate, '.1%')} | {fmt_cell(s.overhead_share, '.1%')} | {prefilled} | "
-            f"{fmt_cell(s.measured_over_ideal, '.2f', 'x')} | {_paths(s)} | "
-            f"{fmt_cell(s.tokens_per_target_forward, '.2f')} | {fmt_cell(s.draft_wasted_mean, '.0f')} | "
-            f"{s.truncated} |"
-        )
-    return "\n".join(lines) + "\n"
+    return md_table(_HEAD, (_row(s) for s in summaries.values()))
+
+
+def _row(s: MethodSummary) -> list[str]:
+    return [
+        s.method, f"{s.accuracy:.1%} ({s.n_correct}/{s.n})", f"{s.latency_median_s:.2f}",
+        f"{s.latency_mean_s:.2f}", f"{s.tokens_per_s:.1f}",
+        fmt_cell(s.speedup_vs_target, ".2f", "x"), fmt_cell(s.speedup_vs_token_sd, ".2f", "x"),
+        fmt_cell(s.target_step_fraction, ".1%"), fmt_cell(s.target_token_fraction, ".1%"),
+        fmt_cell(s.acceptance_rate, ".1%"), fmt_cell(s.overhead_share, ".1%"),
+        f"{fmt_cell(s.prefilled_draft_mean, '.0f')}/{fmt_cell(s.prefilled_target_mean, '.0f')}",
+        fmt_cell(s.measured_over_ideal, ".2f", "x"), _paths(s),
+        fmt_cell(s.tokens_per_target_forward, ".2f"), fmt_cell(s.draft_wasted_mean, ".0f"),
+        str(s.truncated),
+    ]

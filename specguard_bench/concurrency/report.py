@@ -13,6 +13,7 @@ from typing import Any
 
 from specguard_bench.common.environment import machine_line
 from specguard_bench.common.metrics import fmt_cell
+from specguard_bench.common.table import md_table
 from specguard_bench.concurrency.rounds import Round
 
 SUMMARY, TABLE, PLOT = "concurrency.json", "concurrency.md", "concurrency.png"
@@ -20,7 +21,10 @@ SUMMARY, TABLE, PLOT = "concurrency.json", "concurrency.md", "concurrency.png"
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The `q`-th percentile (0-100) with linear interpolation between order statistics (numpy's
-    default); one value is every percentile of itself."""
+    default); one value is every percentile of itself. Written out because no library call
+    gives these exact floats: `numpy.percentile(method="linear")` places q as q/100 * (n-1) and
+    interpolates back from the upper value past the midpoint, so it differs in the last bits
+    (as do `torch.quantile` and `statistics.quantiles`) and would rewrite concurrency.json."""
     if not values:
         raise ValueError("percentile of no values")
     ordered = sorted(values)
@@ -93,20 +97,22 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
 
 
+_HEAD = ("method", "clients", "requests", "wall s", "tokens", "tok/s", "tok/s vs N=1", "p50 s",
+         "p95 s", "p50 vs N=1", "p95 vs N=1", "correct", "same text as N=1", "rows/forward")
+
+
 def markdown_table(summaries: Sequence[LevelSummary]) -> str:
     """The level summaries as a GitHub markdown table (one row per method and level)."""
-    head = ("| method | clients | requests | wall s | tokens | tok/s | tok/s vs N=1 | p50 s | p95 s | "
-            "p50 vs N=1 | p95 vs N=1 | correct | same text as N=1 | rows/forward |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for s in summaries:
-        same = "–" if s.same_text_as_1 is None else f"{s.same_text_as_1}/{s.requests}"
-        lines.append(
-            f"| {s.method} | {s.concurrency} | {s.requests} | {s.wall_s:.2f} | {s.new_tokens} | "
-            f"{s.tokens_per_s:.2f} | {fmt_cell(s.throughput_vs_1, '.2f', 'x')} | "
-            f"{s.latency_p50_s:.2f} | {s.latency_p95_s:.2f} | {fmt_cell(s.p50_vs_1, '.2f', 'x')} | "
-            f"{fmt_cell(s.p95_vs_1, '.2f', 'x')} | {s.n_correct}/{s.requests} | {same} | "
-            f"{fmt_cell(s.rows_per_forward, '.2f', '')} |")
-    return "\n".join(lines) + "\n"
+    return md_table(_HEAD, (_row(s) for s in summaries))
+
+
+def _row(s: LevelSummary) -> list[str]:
+    same = "–" if s.same_text_as_1 is None else f"{s.same_text_as_1}/{s.requests}"
+    return [s.method, str(s.concurrency), str(s.requests), f"{s.wall_s:.2f}", str(s.new_tokens),
+            f"{s.tokens_per_s:.2f}", fmt_cell(s.throughput_vs_1, ".2f", "x"),
+            f"{s.latency_p50_s:.2f}", f"{s.latency_p95_s:.2f}", fmt_cell(s.p50_vs_1, ".2f", "x"),
+            fmt_cell(s.p95_vs_1, ".2f", "x"), f"{s.n_correct}/{s.requests}", same,
+            fmt_cell(s.rows_per_forward, ".2f", "")]
 
 
 def write_reports(out_dir: Path, summary: Mapping[str, Any]) -> None:

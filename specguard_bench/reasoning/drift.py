@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specguard_bench.common.rows import ProblemRow
+from specguard_bench.common.table import md_table
 
 REFERENCE = "target"
 
@@ -74,12 +75,12 @@ def drift_table(drifts: dict[str, Drift]) -> str:
     """The drifts as a markdown table ('' when there are none)."""
     if not drifts:
         return ""
-    lines = ["| method | same text as target | tokens vs target | first difference (median chars) "
-             "| parted in first 200 chars | accuracy | target's accuracy |",
-             "|---|---|---|---|---|---|---|"]
+    head = ("method", "same text as target", "tokens vs target", "first difference (median chars)",
+            "parted in first 200 chars", "accuracy", "target's accuracy")
+    rows = []
     for d in drifts.values():
         ratio = "-" if d.length_ratio is None else f"{d.length_ratio:.2f}x"
         first = "-" if d.first_difference_median is None else f"{d.first_difference_median:.0f}"
-        lines.append(f"| {d.method} | {d.same_text}/{d.n} | {ratio} | {first} | {d.parted_early}/{d.n} "
-                     f"| {d.accuracy:.1%} | {d.target_accuracy:.1%} |")
-    return "\n".join(lines) + "\n"
+        rows.append([d.method, f"{d.same_text}/{d.n}", ratio, first, f"{d.parted_early}/{d.n}",
+                     f"{d.accuracy:.1%}", f"{d.target_accuracy:.1%}"])
+    return md_table(head, rows)

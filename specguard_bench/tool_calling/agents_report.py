@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specguard_bench.common.environment import machine_line
+from specguard_bench.common.table import md_table
 from specguard_bench.tool_calling.agents_bench import (
     END_STATES,
     import_frameworks,
@@ -57,22 +58,25 @@ def summarize(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]
     return out
 
 
+_HEAD = ("framework", "method", "accuracy", "answered/turn limit/error", "turns", "tool calls",
+         "repeated", "invalid", "median s", "mean s", "new tokens",
+         "kept/checked/verified/regen per task")
+
+
 def markdown_table(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
-    head = ("| framework | method | accuracy | answered/turn limit/error | turns | tool calls | "
-            "repeated | invalid | median s | mean s | new tokens | "
-            "kept/checked/verified/regen per task |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for framework, methods in summary.items():
-        for method, s in methods.items():
-            paths = s["paths_per_task"]
-            per_path = "/".join(f"{paths[p]:.1f}" for p in PATHS) if paths else "–"
-            states = "/".join(str(s["end_states"][e]) for e in END_STATES)
-            lines.append(
-                f"| {framework} | {method} | {s['accuracy']:.1%} ({s['n_correct']}/{s['n']}) | "
-                f"{states} | {s['model_turns_mean']:.1f} | {s['tool_calls_mean']:.1f} | "
-                f"{s['repeated_calls']} | {s['invalid_calls']} | {s['latency_median_s']:.2f} | "
-                f"{s['latency_mean_s']:.2f} | {s['new_tokens_mean']:.0f} | {per_path} |")
-    return "\n".join(lines) + "\n"
+    """One row per (framework, method)."""
+    return md_table(_HEAD, (_row(framework, method, s) for framework, methods in summary.items()
+                            for method, s in methods.items()))
+
+
+def _row(framework: str, method: str, s: Mapping[str, Any]) -> list[str]:
+    paths = s["paths_per_task"]
+    return [framework, method, f"{s['accuracy']:.1%} ({s['n_correct']}/{s['n']})",
+            "/".join(str(s["end_states"][e]) for e in END_STATES),
+            f"{s['model_turns_mean']:.1f}", f"{s['tool_calls_mean']:.1f}",
+            str(s["repeated_calls"]), str(s["invalid_calls"]), f"{s['latency_median_s']:.2f}",
+            f"{s['latency_mean_s']:.2f}", f"{s['new_tokens_mean']:.0f}",
+            "/".join(f"{paths[p]:.1f}" for p in PATHS) if paths else "–"]
 
 
 def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 from specguard_bench.common.environment import machine_line
 from specguard_bench.common.methods import preset_of
 from specguard_bench.common.metrics import fmt_cell
+from specguard_bench.common.table import md_table
 from specguard_bench.tool_calling.bfcl_check import Check, check_task
 from specguard_bench.tool_calling.bfcl_data import CATEGORIES, BfclTask, Skipped, load_categories, load_file
 from specguard_bench.tool_calling.chat_engine import MethodEngine
@@ -107,10 +108,6 @@ def warm_up(engine: Any, method: str, settings: SuiteSettings) -> None:
                                           tools=[WARMUP_TOOL], config=cfg)
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return statistics.fmean(values) if values else None
-
-
 def group_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Aggregates of one (category, method) group: accuracy, calls and the invalid-call rate
     (invalid calls over calls written), latency, tokens, steps, steps per path per task."""
@@ -128,7 +125,7 @@ def group_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "latency_median_s": statistics.median(latency), "latency_mean_s": statistics.fmean(latency),
         "new_tokens_mean": statistics.fmean(r["new_tokens"] for r in rows),
         "prompt_tokens_mean": statistics.fmean(r["prompt_tokens"] for r in rows),
-        "steps_mean": _mean([len(r["step_trace"] or []) for r in rows]),
+        "steps_mean": statistics.fmean(len(r["step_trace"] or []) for r in rows),
         "paths_per_task": {p: statistics.fmean(r["paths"][p] for r in traced) for p in PATHS}
         if traced else None,
     }
@@ -168,26 +165,28 @@ def summarize(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]
     return out
 
 
+_HEAD = ("category", "method", "accuracy", "invalid calls", "target's calls",
+         "call/answer differs", "median s", "mean s", "vs token-SD", "new tokens", "steps",
+         "kept/checked/verified/regen per task")
+
+
 def markdown_table(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
     """One row per (category, method)."""
-    head = ("| category | method | accuracy | invalid calls | target's calls | call/answer "
-            "differs | median s | mean s | vs token-SD | new tokens | steps | "
-            "kept/checked/verified/regen per task |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for category, methods in summary.items():
-        for method, s in methods.items():
-            paths = s["paths_per_task"]
-            per_path = "/".join(f"{paths[p]:.1f}" for p in PATHS) if paths else "–"
-            vs = s["as_target"]
-            same, differs = ((f"{vs['same_calls']}/{vs['compared']}", str(vs["choice_differs"]))
-                             if vs["compared"] else ("–", "–"))
-            lines.append(
-                f"| {category} | {method} | {s['accuracy']:.1%} ({s['n_correct']}/{s['n']}) | "
-                f"{fmt_cell(s['invalid_call_rate'], '.1%')} ({s['invalid_calls']}/{s['calls']}) "
-                f"| {same} | {differs} | {s['latency_median_s']:.2f} | {s['latency_mean_s']:.2f} "
-                f"| {fmt_cell(s['vs_token_sd'], '.2f', 'x')} | {s['new_tokens_mean']:.0f} | "
-                f"{fmt_cell(s['steps_mean'], '.1f')} | {per_path} |")
-    return "\n".join(lines) + "\n"
+    return md_table(_HEAD, (_row(category, method, s) for category, methods in summary.items()
+                            for method, s in methods.items()))
+
+
+def _row(category: str, method: str, s: Mapping[str, Any]) -> list[str]:
+    paths = s["paths_per_task"]
+    vs = s["as_target"]
+    same, differs = ((f"{vs['same_calls']}/{vs['compared']}", str(vs["choice_differs"]))
+                     if vs["compared"] else ("–", "–"))
+    return [category, method, f"{s['accuracy']:.1%} ({s['n_correct']}/{s['n']})",
+            f"{fmt_cell(s['invalid_call_rate'], '.1%')} ({s['invalid_calls']}/{s['calls']})",
+            same, differs, f"{s['latency_median_s']:.2f}", f"{s['latency_mean_s']:.2f}",
+            fmt_cell(s["vs_token_sd"], ".2f", "x"), f"{s['new_tokens_mean']:.0f}",
+            fmt_cell(s["steps_mean"], ".1f"),
+            "/".join(f"{paths[p]:.1f}" for p in PATHS) if paths else "–"]
 
 
 def run_bfcl(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:

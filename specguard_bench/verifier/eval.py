@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from specguard_bench.common.table import md_table
 from specguard_bench.verifier.features import FeatureTable
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.verify.verifier import Scores, paper_score
@@ -135,18 +136,18 @@ def markdown(summary: Mapping[str, Any]) -> str:
     head = ["scorer", "AUROC", "AUROC within length quartiles"]
     for s in sources:
         head += [f"{s} AUROC", f"{s} length-ctl"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for name, e in summary["scorers"].items():
         cells = [f"**{name}** (default)" if e["default"] else name, _fmt(e["auroc"]),
                  _fmt(e["auroc_length_controlled"])]
         for s in sources:
             b = e["by_source"].get(s, {})
             cells += [_fmt(b.get("auroc")), _fmt(b.get("auroc_length_controlled"))]
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
     first = next(iter(summary["scorers"].values()))
     counts = f"{first['n_correct']} correct / {first['n_wrong']} wrong steps"
     return (f"Model: `{summary['model']['name']}`; data: `{summary['data']}`; "
-            f"{summary['n_solutions']} solutions, {counts}.\n\n" + "\n".join(lines) + "\n")
+            f"{summary['n_solutions']} solutions, {counts}.\n\n" + md_table(head, rows))
 
 
 def plot_roc(summary: Mapping[str, Any], labels: np.ndarray, path: Path,

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from specguard_bench.common.table import md_table
 from specguard_bench.verifier.eval import auroc, length_controlled_auroc
 from specguard_bench.verifier.features import FeatureTable
 from specguard_core.engine.verify.cards import Fingerprint, VerifierCard
@@ -156,14 +157,15 @@ def fit_card(table: FeatureTable, row: dict[str, Any], precision: float) -> Veri
 
 def tried_markdown(tried: list[dict[str, Any]], best: dict[str, Any], card: VerifierCard) -> str:
     """Every candidate's CV AUROCs, the chosen one in bold, and the card's threshold."""
-    lines = ["| features (pooling@layers + scalars, C) | CV AUROC | CV AUROC within length quartiles |",
-             "|---|---|---|"]
+    head = ("features (pooling@layers + scalars, C)", "CV AUROC",
+            "CV AUROC within length quartiles")
+    rows = []
     for r in tried:
         name = r["candidate"].name
         name = f"**{name}** (card)" if r is best else name
-        lines.append(f"| {name} | {r['auroc']:.3f} | {r['auroc_length_controlled']:.3f} |")
+        rows.append([name, f"{r['auroc']:.3f}", f"{r['auroc_length_controlled']:.3f}"])
     thr = "none reached" if card.threshold is None else f"{card.threshold:.3f}"
-    return ("\n".join(lines) + f"\n\n5-fold GroupKFold by problem, {card.training['n_steps']} steps "
+    return (md_table(head, rows) + f"\n5-fold GroupKFold by problem, {card.training['n_steps']} steps "
             f"({card.training['n_correct']} correct, {card.training['n_wrong']} wrong). Threshold "
             f"for precision {card.threshold_precision}: {thr} (out-of-fold precision "
             f"{card.cv['precision_at_threshold']:.3f}, keeps {card.cv['correct_kept_at_threshold']:.0%}"

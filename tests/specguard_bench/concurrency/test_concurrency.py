@@ -140,6 +140,11 @@ def test_percentile_is_numpys_linear_one() -> None:
     values = [3.0, 1.0, 7.5, 2.0, 9.0, 4.0, 4.0]
     for q in (0, 25, 50, 90, 95, 100):
         assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+    # the same definition; numpy rounds differently in the last bits, hence rel
+    for values in ([0.5, 0.25], [10.03, 36.02, 40.25, 10.58], [float(i) ** 1.5 for i in range(21)]):
+        for q in (0, 1, 50, 95, 99, 100):
+            assert percentile(values, q) == pytest.approx(
+                float(np.percentile(values, q, method="linear")), rel=1e-12)
     assert percentile([2.5], 95) == 2.5
     with pytest.raises(ValueError):
         percentile([], 50)
