@@ -96,3 +96,25 @@ def test_omp_threads_times_each_setting(tmp_path: Path) -> None:
     assert all(s.cache is not None and s.cache.get_seq_length() == 12 for s in states)
     with pytest.raises(ValueError, match="unknown setting"):
         omp.measure(handle, "two threads")
+
+
+def test_openai_sdk_overhead_compares_clients_that_send_and_read_the_same() -> None:
+    for name in ("openai", "fastapi", "uvicorn"):
+        pytest.importorskip(name)
+    import json
+
+    import httpx
+
+    bench = _load("openai_sdk_overhead")
+    sent: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, content=bench.RAW["write4x256"],
+                              headers={"content-type": "application/json"})
+
+    body = {**bench.body(30), "top_k": 5}
+    got = [cls("http://vllm.test/v1", "m", timeout_s=5, transport=httpx.MockTransport(answer))
+           .complete(body, "verify") for cls in bench.KINDS.values()]
+    assert got[0] == got[1] == got[2] == json.loads(bench.RAW["write4x256"])["choices"]
+    assert sent[0] == sent[1] == sent[2] and sent[0]["top_k"] == 5 and len(sent[0]["prompt"]) == 30

@@ -5,6 +5,10 @@ Every wait for the server lends the engine to its other requests (`turns.waiting
 concurrent requests reach the server together and it batches them. Every failure is a
 `RemoteTargetError` that names the server and says what to do: unreachable, a timeout, an HTTP
 error (with the server's message), or an answer that is not what vLLM sends.
+
+Plain httpx rather than the `openai` SDK's client: the SDK checks a token-id prompt one id at
+a time against its parameter types, about 10 ms a call at 1000 ids on a 2-core VM
+(benchmarks/notes/2026-12-02-openai-sdk-client.md).
 """
 
 from __future__ import annotations
