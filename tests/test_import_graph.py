@@ -73,6 +73,17 @@ BENCH_LAYERS = {
     "specguard_bench.cli": 3,
     "specguard_bench": 4,  # the package's own __init__ and __main__
 }
+# The server, from the bottom: OpenAI's wire format (pure), the HTTP layer (settings, admission,
+# middlewares, errors), running a request through the engine, the app that wires them; the
+# command line above it.
+SERVE_LAYERS = {
+    "specguard.serve.api": 0,
+    "specguard.serve.http": 1,
+    "specguard.serve.running": 2,
+    "specguard.serve.app": 3,
+    "specguard.serve": 4,  # the package's own __init__ (imports nothing)
+    "specguard.cli": 5,
+}
 # the bench measures agents through the adapters, so it sits above them
 PACKAGE_LAYERS = {"specguard_core": 0, "specguard_integrations": 1, "specguard_bench": 2,
                   "specguard": 3}
@@ -127,8 +138,9 @@ def test_no_upward_arrows() -> None:
             ipkg = imp.split(".")[0]
             if ipkg in PACKAGE_LAYERS and PACKAGE_LAYERS[ipkg] > PACKAGE_LAYERS[pkg]:
                 bad.append((module, imp))
-            if pkg == ipkg and pkg in ("specguard_core", "specguard_bench"):
-                layers = CORE_LAYERS if pkg == "specguard_core" else BENCH_LAYERS
+            if pkg == ipkg and pkg in ("specguard_core", "specguard_bench", "specguard"):
+                layers = {"specguard_core": CORE_LAYERS, "specguard_bench": BENCH_LAYERS,
+                          "specguard": SERVE_LAYERS}[pkg]
                 src, dst = _layer(module, layers), _layer(imp, layers)
                 if src is not None and dst is not None and dst > src:
                     bad.append((module, imp))
@@ -181,6 +193,18 @@ def test_every_bench_folder_has_a_layer_and_an_import_free_init() -> None:
     assert not heavy, f"keep these __init__ modules import-free: {heavy}"
 
 
+def test_every_serve_folder_has_a_layer_and_an_import_free_init() -> None:
+    serve = ROOT / "specguard" / "serve"
+    modules = _modules()
+    names = sorted(m for m in modules if m.startswith("specguard.serve"))
+    assert len(names) > 10
+    missing = [m for m in names if _layer(m, SERVE_LAYERS) is None]
+    assert not missing, f"add {missing} to SERVE_LAYERS"
+    folders = sorted(_module_name(p) for p in serve.rglob("__init__.py"))
+    heavy = [f for f in folders if {i for i in _imports(modules[f], modules) if i != "__future__"}]
+    assert not heavy, f"keep these __init__ modules import-free: {heavy}"
+
+
 def test_cli_help_does_not_load_torch() -> None:
     code = ("import sys, specguard.cli; specguard.cli.build_parser(); "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
@@ -199,7 +223,7 @@ def test_config_import_does_not_load_torch() -> None:
 
 def test_folders_stay_small() -> None:
     sizes = {d: len(list(d.glob("*.py")))
-             for pkg in ("specguard_core", "specguard_bench")
+             for pkg in ("specguard_core", "specguard_bench", "specguard")
              for d in [ROOT / pkg, *(ROOT / pkg).rglob("*")]
              if d.is_dir() and (d / "__init__.py").exists()}
     assert len(sizes) >= 14

@@ -17,8 +17,8 @@ from typing import Any
 
 from specguard.cli.run import add_load_flags, load_options
 from specguard.cli.serve_flags import add_browser_flags, add_stream_flags
-from specguard.serve.extension import Limits
-from specguard.serve.settings import LOOPBACK
+from specguard.serve.api.extension import Limits
+from specguard.serve.http.settings import LOOPBACK
 from specguard_core.config import (
     DEFAULT_PRESET,
     PRESETS,

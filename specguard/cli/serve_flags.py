@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from specguard.serve.settings import (
+from specguard.serve.http.settings import (
     DEFAULT_CORS_HEADERS,
     DEFAULT_CORS_METHODS,
     DEFAULT_STREAM_BUFFER_BYTES,

@@ -22,17 +22,17 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
-from specguard.serve import convert
-from specguard.serve.errors import client_safe
-from specguard.serve.generation import Call, Generation
-from specguard.serve.guard import BodyGuard, Guard
-from specguard.serve.intake import authorise, parse, sent
-from specguard.serve.metrics import Metrics, outcome_of
-from specguard.serve.protocol import ChatCompletionRequest, CompletionRequest, error_body
-from specguard.serve.settings import ServeSettings
-from specguard.serve.slots import APIError, Slots
-from specguard.serve.streaming import JSONBody
-from specguard.serve.untrusted import redact
+from specguard.serve.api import convert
+from specguard.serve.api.protocol import ChatCompletionRequest, CompletionRequest, error_body
+from specguard.serve.api.untrusted import redact
+from specguard.serve.http.errors import client_safe
+from specguard.serve.http.guard import BodyGuard, Guard
+from specguard.serve.http.intake import authorise, parse, sent
+from specguard.serve.http.metrics import Metrics, outcome_of
+from specguard.serve.http.settings import ServeSettings
+from specguard.serve.http.slots import APIError, Slots
+from specguard.serve.running.generation import Call, Generation
+from specguard.serve.running.streaming import JSONBody
 from specguard_core.text import formats
 from specguard_core.text.chat import InputError
 

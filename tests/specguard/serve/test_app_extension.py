@@ -17,8 +17,8 @@ from tests.fixtures import record_stream_configs
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
+from specguard.serve.api.extension import Limits  # noqa: E402
 from specguard.serve.app import ServeSettings, create_app  # noqa: E402
-from specguard.serve.extension import Limits  # noqa: E402
 from specguard_core.engine.loop import SpecGuardEngine  # noqa: E402
 from specguard_core.engine.verify.cards import Fingerprint, VerifierCard, fingerprint  # noqa: E402
 from specguard_core.testing import scripted_engine  # noqa: E402

@@ -21,14 +21,14 @@ from fastapi import Request
 from openai.types import Completion
 from openai.types.chat import ChatCompletion
 
-from specguard.serve import chunks, convert, wire
-from specguard.serve.errors import client_safe, failure
-from specguard.serve.intake import sent
-from specguard.serve.metrics import Metrics, outcome_of
-from specguard.serve.protocol import ChatCompletionRequest, CompletionRequest, error_body
-from specguard.serve.settings import ServeSettings
-from specguard.serve.slots import APIError, ClientGone, Lease, Slots
-from specguard.serve.streaming import Buffers, EventStream, JSONBody, Put, Relay
+from specguard.serve.api import chunks, convert, wire
+from specguard.serve.api.protocol import ChatCompletionRequest, CompletionRequest, error_body
+from specguard.serve.http.errors import client_safe, failure
+from specguard.serve.http.intake import sent
+from specguard.serve.http.metrics import Metrics, outcome_of
+from specguard.serve.http.settings import ServeSettings
+from specguard.serve.http.slots import APIError, ClientGone, Lease, Slots
+from specguard.serve.running.streaming import Buffers, EventStream, JSONBody, Put, Relay
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.types import GenerationResult

@@ -1,11 +1,11 @@
 """OpenAI requests -> engine inputs; engine results -> OpenAI responses (stream chunks:
 `chunks.py`).
 
-Pure functions, no I/O: `generation.py` does the HTTP. Responses are the `openai` package's own
-types (`ChatCompletion`, `Completion`), validated as they are built; `wire.dump` makes them JSON.
-Every response and chunk carries the SpecGuard trace in a `specguard` extension field
-(`StepRecord.trace()` per step, `GenerationResult.trace()` per run), which OpenAI clients ignore
-and keep in `model_extra`.
+Pure functions, no I/O: `running/generation.py` does the HTTP. Responses are the `openai`
+package's own types (`ChatCompletion`, `Completion`), validated as they are built; `wire.dump`
+makes them JSON. Every response and chunk carries the SpecGuard trace in a `specguard` extension
+field (`StepRecord.trace()` per step, `GenerationResult.trace()` per run), which OpenAI clients
+ignore and keep in `model_extra`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from openai.types.chat.chat_completion_message_tool_call import Function
 from openai.types.completion_usage import CompletionTokensDetails
 from pydantic import ValidationError
 
-from specguard.serve.extension import Limits, validation_text
-from specguard.serve.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
+from specguard.serve.api.extension import Limits, validation_text
+from specguard.serve.api.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
 from specguard_core.config import SpecGuardConfig
 from specguard_core.text.chat import content_text
 from specguard_core.types import FinishReason, GenerationResult, StepRecord, ToolCall

@@ -16,7 +16,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from specguard.serve.app import ServeSettings, create_app  # noqa: E402
-from specguard.serve.streaming import Buffers, Put, Relay  # noqa: E402
+from specguard.serve.running.streaming import Buffers, Put, Relay  # noqa: E402
 from specguard_core.config import SpecGuardConfig  # noqa: E402
 from specguard_core.testing import scripted_engine  # noqa: E402
 from tests.specguard.serve.serve_helpers import (  # noqa: E402

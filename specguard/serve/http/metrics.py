@@ -29,7 +29,7 @@ from prometheus_client import (
 from specguard_core.types import GenerationResult, StepPath, StepRecord
 
 if TYPE_CHECKING:
-    from specguard.serve.slots import Slots
+    from specguard.serve.http.slots import Slots
 
 Outcome = Literal["finished", "aborted", "invalid", "rejected", "failed"]
 ENDPOINTS = ("chat", "completions")

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from specguard.serve.protocol import error_body
+from specguard.serve.api.protocol import error_body
 
 
 def host_name(value: str) -> str:

@@ -20,15 +20,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specguard.serve.extension import ExperimentalKnobs, SpecGuardExtension
-from specguard.serve.protocol import (
+from specguard.serve.api.extension import ExperimentalKnobs, SpecGuardExtension
+from specguard.serve.api.protocol import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
     StreamOptions,
 )
-from specguard.serve.slots import APIError
-from specguard.serve.untrusted import redact, safe_name
+from specguard.serve.api.untrusted import redact, safe_name
+from specguard.serve.http.slots import APIError
 from specguard_core.config import EXPERIMENTAL, EngineConfig, SpecGuardConfig
 from specguard_core.remote.http import RemoteTargetError
 from specguard_core.text.chat import InputError

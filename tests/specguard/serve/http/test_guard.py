@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
+from specguard.serve.api.extension import Limits  # noqa: E402
 from specguard.serve.app import ServeSettings, create_app  # noqa: E402
-from specguard.serve.extension import Limits  # noqa: E402
 from specguard_core.engine.loop import SpecGuardEngine  # noqa: E402
 from specguard_core.testing import scripted_engine  # noqa: E402
 from tests.specguard.serve.serve_helpers import ANSWER, error_of, live_server, reply  # noqa: E402

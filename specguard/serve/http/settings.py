@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specguard.serve.extension import Limits
+from specguard.serve.api.extension import Limits
 
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})  # answered without an API key
 DEFAULT_CORS_METHODS = ("GET", "POST")  # what the API uses; OPTIONS (preflight) always answered

@@ -21,8 +21,8 @@ from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from specguard.serve.slots import Lease
-from specguard.serve.untrusted import encodable
+from specguard.serve.api.untrusted import encodable
+from specguard.serve.http.slots import Lease
 
 Put = Callable[[str], None]
 KEEPALIVE = b": keep-alive\n\n"  # an SSE comment: clients skip it

@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-from specguard.serve.untrusted import regex_keyword
+from specguard.serve.api.untrusted import regex_keyword
 from specguard_core.text.chat import _RENDER_ARGS
 from specguard_core.text.errors import InputError
 from specguard_core.text.tool_choice import parse_tool_choice

@@ -14,9 +14,9 @@ from openai.types import Completion, CompletionChoice
 from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
 
-from specguard.serve import wire
-from specguard.serve.convert import openai_tool_call, usage
-from specguard.serve.untrusted import encodable
+from specguard.serve.api import wire
+from specguard.serve.api.convert import openai_tool_call, usage
+from specguard.serve.api.untrusted import encodable
 from specguard_core.text.steps import StepRules, strip_markers
 from specguard_core.types import GenerationResult, StepRecord
 

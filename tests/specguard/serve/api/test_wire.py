@@ -13,7 +13,7 @@ from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import ValidationError
 
-from specguard.serve import chunks, convert, wire
+from specguard.serve.api import chunks, convert, wire
 from specguard.serve.app import create_app
 from specguard_core.engine.loop import SpecGuardEngine
 from specguard_core.testing import scripted_engine

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from specguard.serve import chunks, convert
-from specguard.serve.protocol import ChatCompletionRequest, ChatMessage
+from specguard.serve.api import chunks, convert
+from specguard.serve.api.protocol import ChatCompletionRequest, ChatMessage
 from specguard_core.config import SpecGuardConfig
 from specguard_core.text import formats
 from specguard_core.text.chat import InputError

@@ -4,7 +4,7 @@ Request models forbid unknown fields, as OpenAI does ("Unrecognized request argu
 or a feature this server lacks is a 400 rather than silently ignored. Fields OpenAI defines that
 SpecGuard cannot honour are declared and rejected by `unsupported()` when set to anything but their
 no-op value; fields that change nothing here (user, metadata, store, ...) are accepted and ignored.
-Responses are built as plain dicts in `convert.py` (they are JSON out, not input to validate).
+Responses are built as the `openai` package's own types (`convert.py`, `chunks.py`, `wire.py`).
 
 This is the server's trust boundary: a remote client sets sampling and algorithm knobs only
 (`SpecGuardExtension`), within the operator's `Limits`, never paths, model names or loader
@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specguard.serve import checks
-from specguard.serve.extension import MAX_STOPS, Limits, SpecGuardExtension, stops_ok
+from specguard.serve.api import checks
+from specguard.serve.api.extension import MAX_STOPS, Limits, SpecGuardExtension, stops_ok
 
 MAX_N = 16  # choices per request (each is a full engine run)
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from specguard.serve.untrusted import card_names, card_path
+from specguard.serve.api.untrusted import card_names, card_path
 from specguard_core.config import Acceptance, NormBounds, move_experimental
 
 MAX_STOPS = 16  # stop strings per request, each at most 256 characters

@@ -1,5 +1,6 @@
-"""A request's way in: the API key, then the body decoded and validated (`protocol.py`, within the
-operator's `Limits`) into a request model; every refusal an `APIError` (OpenAI's error JSON).
+"""A request's way in: the API key, then the body decoded and validated (`api/protocol.py`,
+within the operator's `Limits`) into a request model; every refusal an `APIError` (OpenAI's error
+JSON).
 
 The strings the client sent are kept on `request.state.sent` (`errors.client_strings`), so an
 engine error about this request is worded without them (`errors.client_safe`).
@@ -14,11 +15,11 @@ from typing import TypeVar
 from fastapi import Request
 from pydantic import ValidationError
 
-from specguard.serve.errors import client_strings, validation_message
-from specguard.serve.protocol import ChatCompletionRequest, CompletionRequest
-from specguard.serve.settings import ServeSettings
-from specguard.serve.slots import APIError
-from specguard.serve.untrusted import body_problem
+from specguard.serve.api.protocol import ChatCompletionRequest, CompletionRequest
+from specguard.serve.api.untrusted import body_problem
+from specguard.serve.http.errors import client_strings, validation_message
+from specguard.serve.http.settings import ServeSettings
+from specguard.serve.http.slots import APIError
 
 Req = TypeVar("Req", ChatCompletionRequest, CompletionRequest)
 

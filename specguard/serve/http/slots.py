@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import Request
 
-from specguard.serve.protocol import ErrorType, error_body
+from specguard.serve.api.protocol import ErrorType, error_body
 
 if TYPE_CHECKING:
     from specguard_core.engine.loop import GenerationStream
