@@ -9,8 +9,8 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.instrumentation import get_dispatcher
 
 from specguard_integrations.llama_index import SpecGuardLLM
-from specguard_integrations.llama_index_trace import SpecGuardTraceHandler
-from tests.specguard_integrations.llama_index_helpers import make_engine
+from specguard_integrations.llama_index.trace_handler import SpecGuardTraceHandler
+from tests.specguard_integrations.llama_index.helpers import make_engine
 
 
 @pytest.fixture
@@ -33,3 +33,4 @@ def test_chat_and_stream_traces_are_kept(handler: SpecGuardTraceHandler) -> None
     assert first["usage"] == answer.raw["usage"] == streamed[-1].raw["usage"]
     assert first["stats"]["steps"] == len(first["steps"]) > 0
     assert SpecGuardTraceHandler().traces == []  # traces are per handler
+
