@@ -7,6 +7,7 @@ LlamaIndex is loaded until its adapter is used).
 
 What both share imports neither framework: `common` (the constructor vocabulary, the per-call
 config, lazy loading) and `fields` (the knob and loader fields and their descriptions).
+`llama_index_trace` is the old path of `llama_index.trace_handler`, kept for one release.
 """
 
 from __future__ import annotations
