@@ -31,7 +31,7 @@ from llama_index.core.agent.workflow import (  # noqa: E402
 from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
 
 from specguard_integrations import SpecGuardLLM  # noqa: E402
-from specguard_integrations.llama_index_trace import SpecGuardTraceHandler  # noqa: E402
+from specguard_integrations.llama_index.trace_handler import SpecGuardTraceHandler  # noqa: E402
 
 STOCK = {"apples": 120, "pears": 45, "plums": 0}
 PRICES = {"apples": 0.5, "pears": 0.8, "plums": 1.2}

@@ -28,7 +28,7 @@ from llama_index.core.embeddings import BaseEmbedding  # noqa: E402
 from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
 
 from specguard_integrations import SpecGuardLLM  # noqa: E402
-from specguard_integrations.llama_index_trace import SpecGuardTraceHandler  # noqa: E402
+from specguard_integrations.llama_index.trace_handler import SpecGuardTraceHandler  # noqa: E402
 
 DOCS = [
     "The Harbor Street Library opens at 9 am on weekdays and at noon on Sundays. "

@@ -1,8 +1,13 @@
 """Thin adapters over `specguard_core.SpecGuardEngine` (imported lazily, so neither LangChain nor
 LlamaIndex is loaded until its adapter is used).
 
-- `ChatSpecGuard`: a LangChain `BaseChatModel` (from a checkout: `pip install -e ".[langchain]"`).
-- `SpecGuardLLM`: a LlamaIndex `FunctionCallingLLM` (`pip install -e ".[llamaindex]"`).
+- `ChatSpecGuard` (`langchain/`): a LangChain `BaseChatModel` (from a checkout:
+  `pip install -e ".[langchain]"`).
+- `SpecGuardLLM` (`llama_index/`): a LlamaIndex `FunctionCallingLLM` (`pip install -e ".[llamaindex]"`).
+
+What both share imports neither framework: `common` (the constructor vocabulary, the per-call
+config, lazy loading) and `fields` (the knob and loader fields and their descriptions).
+`llama_index_trace` is the old path of `llama_index.trace_handler`, kept for one release.
 """
 
 from __future__ import annotations

@@ -87,6 +87,15 @@ SERVE_LAYERS = {
 # the bench measures agents through the adapters, so it sits above them
 PACKAGE_LAYERS = {"specguard_core": 0, "specguard_integrations": 1, "specguard_bench": 2,
                   "specguard": 3}
+# Each framework is imported only by its adapter's subpackage (the shared `common` and `fields`
+# import neither) and by the bench module that runs agents on it.
+FRAMEWORK_HOMES = {
+    ("langchain", "langgraph"): ("specguard_integrations.langchain",
+                                 "specguard_bench.tool_calling.agents_bench"),
+    ("llama_index",): ("specguard_integrations.llama_index",
+                       "specguard_bench.tool_calling.agents_bench"),
+}
+ADAPTERS = ("specguard_integrations.langchain", "specguard_integrations.llama_index")
 
 
 def _module_name(path: Path) -> str:
@@ -128,6 +137,22 @@ def test_core_never_imports_frameworks_bench_or_cli() -> None:
     bad = [(m, i) for m, imps in _graph().items() if m.startswith("specguard_core")
            for i in imps if i.startswith(banned) or i == "specguard"]
     assert not bad, bad
+
+
+def _inside(module: str, homes: tuple[str, ...]) -> bool:
+    return any(module == h or module.startswith(h + ".") for h in homes)
+
+
+def test_frameworks_only_in_their_adapter() -> None:
+    graph = _graph()
+    assert {a + ".convert" for a in ADAPTERS} <= set(graph)
+    bad = [(module, imp) for module, imports in graph.items() for imp in imports
+           for roots, homes in FRAMEWORK_HOMES.items()
+           if imp.split(".")[0].startswith(roots) and not _inside(module, homes)]
+    assert not bad, f"import the framework only in its adapter: {bad}"
+    crossed = [(module, imp) for module, imports in graph.items() for imp in imports
+               for a, b in (ADAPTERS, ADAPTERS[::-1]) if _inside(module, (a,)) and _inside(imp, (b,))]
+    assert not crossed, f"the adapters never import each other: {crossed}"
 
 
 def test_no_upward_arrows() -> None:

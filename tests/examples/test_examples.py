@@ -38,7 +38,7 @@ def _tool_results(messages: list[object]) -> list[str]:
 
 # ---- over a scripted pair ----------------------------------------------------------------------
 def test_langchain_agent_example() -> None:
-    from tests.specguard_integrations.langchain_helpers import shared_engine
+    from tests.specguard_integrations.langchain.helpers import shared_engine
 
     ex = example("langchain_agent")
     model = ChatSpecGuard(engine=shared_engine(), max_tokens=ex.MAX_TOKENS)
@@ -55,7 +55,7 @@ def test_langchain_chain_example() -> None:
 
 
 def test_llamaindex_agent_example() -> None:
-    from tests.specguard_integrations.llama_index_helpers import make_engine
+    from tests.specguard_integrations.llama_index.helpers import make_engine
 
     ex = example("llamaindex_agent")
     llm = SpecGuardLLM(engine=make_engine(), max_tokens=ex.MAX_TOKENS)
@@ -67,7 +67,7 @@ def test_llamaindex_agent_example() -> None:
 def test_llamaindex_query_engine_example() -> None:
     from llama_index.core import MockEmbedding
 
-    from tests.specguard_integrations.llama_index_helpers import make_engine
+    from tests.specguard_integrations.llama_index.helpers import make_engine
 
     ex = example("llamaindex_query_engine")
     # in the script's small vocabulary a quoted document takes more than the example's

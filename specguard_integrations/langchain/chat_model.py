@@ -1,13 +1,9 @@
-"""LangChain chat model over `SpecGuardEngine` (from a checkout: `pip install -e ".[langchain]"`).
+"""`ChatSpecGuard`: SpecGuard as a LangChain chat model, its fields and LangChain's public surface.
 
-Translation only: LangChain messages, tools and options go in as the engine's OpenAI-style inputs,
-the engine's committed steps come out as `AIMessageChunk`s (one per step, with that step's source
-and scores in `response_metadata["specguard_steps"]`). All of the algorithm lives in `specguard_core`.
-
-`ChatSpecGuard` is its fields and LangChain's public surface (the loader fields, declared once for
-both adapters, are `fields.LoaderFields`); the engine it owns and its token counts are in
-`langchain_engine`, one call's run in `langchain_run`, structured output in `langchain_structured`
-and the message translation in `langchain_convert`.
+The loader fields, declared once for both adapters, are `specguard_integrations.fields.LoaderFields`;
+the engine it owns and its token counts are in `engine`, one call's run in `run`, structured output
+in `structured` and the message translation in `convert` (all beside this module). LangChain names
+the class by its public path, `specguard_integrations.langchain.ChatSpecGuard`, not this module's.
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ from typing import Any, Literal, cast
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
 from langchain_core.language_models.model_profile import ModelProfile
+from langchain_core.load.serializable import SerializedNotImplemented
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -38,11 +35,14 @@ from specguard_integrations.common import (
     served_target,
 )
 from specguard_integrations.fields import LoaderFields
-from specguard_integrations.langchain_convert import normalise_tool_choice, to_engine_message
-from specguard_integrations.langchain_run import Calls
-from specguard_integrations.langchain_structured import structured_output
+from specguard_integrations.langchain.convert import normalise_tool_choice
+from specguard_integrations.langchain.run import Calls
+from specguard_integrations.langchain.structured import structured_output
 
-__all__ = ["ChatSpecGuard", "normalise_tool_choice", "to_engine_message"]
+__all__ = ["ChatSpecGuard"]
+
+# where users import `ChatSpecGuard` from: the module LangChain's serialised ids name
+PUBLIC_MODULE = "specguard_integrations.langchain"
 
 
 # ---- the chat model --------------------------------------------------------------------------
@@ -147,6 +147,19 @@ class ChatSpecGuard(Calls, LoaderFields, _ChatFields):
     @property
     def _llm_type(self) -> str:
         return "specguard"
+
+    # ---- serialisation: ids name the public path, not the module the class is written in ----
+    @classmethod
+    def get_lc_namespace(cls) -> list[str]:
+        """`["specguard_integrations", "langchain"]` (a subclass: its own module's path), the
+        namespace of `lc_id()`."""
+        return (PUBLIC_MODULE if cls.__module__ == __name__ else cls.__module__).split(".")
+
+    def to_json_not_implemented(self) -> SerializedNotImplemented:
+        """What `dumps()` writes for this (not serialisable) model, with `lc_id()` as its id."""
+        out = super().to_json_not_implemented()
+        out["id"] = self.lc_id()
+        return out
 
     @property
     def target(self) -> str | None:

@@ -1,30 +1,9 @@
-"""LlamaIndex adapter: `SpecGuardLLM`, a `FunctionCallingLLM` over a `SpecGuardEngine`.
+"""`SpecGuardLLM`: SpecGuard as a LlamaIndex `FunctionCallingLLM`, its fields and public surface.
 
-Translation only (every algorithmic decision lives in `specguard_core`):
-
-- LlamaIndex `ChatMessage`s become OpenAI-style message dicts (text blocks, `ToolCallBlock`s or the
-  legacy `additional_kwargs["tool_calls"]`, `role="tool"` results with their `tool_call_id`);
-  tools become OpenAI tool dicts through LlamaIndex's own `to_openai_tool`.
-- Each committed `StepRecord` becomes one streamed `ChatResponse`: `delta` (the step's answer
-  text), the accumulated message (`ThinkingBlock` for `<think>` reasoning, `TextBlock`,
-  `ToolCallBlock`s), `additional_kwargs["thinking_delta"]`, the step's trace in
-  `additional_kwargs["specguard_step"]` and the running token usage in `raw["usage"]` (which
-  `TokenCountingHandler` reads).
-- A finished call carries the whole trace (`GenerationResult.trace()`: steps, stats, usage,
-  finish reason, plus the invalid tool calls) in `additional_kwargs["specguard"]`; each streamed
-  chunk has its step's `StepRecord.trace()` in `additional_kwargs["specguard_step"]`.
-- Tool calls that failed verification from both models are still `ToolCallBlock`s (their raw
-  name and arguments), so an agent's own error path runs ("Tool X not found", a tool's argument
-  error) and the model can retry. When a stream is exhausted its last chunk is completed in place
-  (message, `raw`, trace) so that it equals what `chat()` returns for the same request.
-
-Async methods run the engine in a worker thread and never block the event loop; closing (or
-abandoning) a stream stops generation at the next step boundary and frees the engine.
-
-`SpecGuardLLM` is its fields and LlamaIndex's public surface (the loader fields, declared once for
-both adapters, are `fields.LoaderFields`); the engine it owns is in `llama_index_engine`, the chat
-bodies and their streams in `llama_index_chat`, the tool hooks in `llama_index_tools` and the
-message translation in `llama_index_convert`.
+The loader fields, declared once for both adapters, are `specguard_integrations.fields.LoaderFields`;
+the engine it owns is in `engine`, the chat bodies and their streams in `chat`, the tool hooks in
+`tools` and the message translation in `convert` (all beside this module). `class_name()` stays
+"SpecGuardLLM", whatever module the class is written in.
 """
 
 from __future__ import annotations
@@ -77,14 +56,13 @@ from specguard_integrations.common import (
     served_target,
 )
 from specguard_integrations.fields import LoaderFields
-from specguard_integrations.llama_index_chat import ChatCalls
-from specguard_integrations.llama_index_convert import to_engine_messages, tool_selections, trace
-from specguard_integrations.llama_index_tools import ToolCalls
+from specguard_integrations.llama_index.chat import ChatCalls
+from specguard_integrations.llama_index.tools import ToolCalls
 
 if TYPE_CHECKING:
     from specguard_core.engine.loop import SpecGuardEngine
 
-__all__ = ["SpecGuardLLM", "to_engine_messages", "tool_selections", "trace"]
+__all__ = ["SpecGuardLLM"]
 
 
 # ---- the LLM -----------------------------------------------------------------------------------

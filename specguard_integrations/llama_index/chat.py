@@ -1,11 +1,11 @@
 """`SpecGuardLLM`'s chat bodies: one request checked, the engine stream opened, steps out as
 `ChatResponse`s.
 
-`ChatCalls` (an `EngineOwner`) is mixed into `SpecGuardLLM` (`specguard_integrations.llama_index`):
-the per-call `SpecGuardConfig` and the undecorated `_chat` / `_stream_chat` /
-`_achat` / `_astream_chat` that its decorated `chat`, `complete`, ... run. A streamed call is a
-`Turn` (`llama_index_convert`) fed step by step; async bodies take the steps from a worker thread,
-and closing (or abandoning) a stream stops the engine at the next step boundary and frees it.
+`ChatCalls` (an `EngineOwner`) is mixed into `SpecGuardLLM` (`llm`): the per-call
+`SpecGuardConfig` and the undecorated `_chat` / `_stream_chat` / `_achat` / `_astream_chat` that
+its decorated `chat`, `complete`, ... run. A streamed call is a `Turn` (`convert`) fed step by
+step; async bodies take the steps from a worker thread, and closing (or abandoning) a stream stops
+the engine at the next step boundary and frees it.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from specguard_core.text.chat import check_template_kwargs
 from specguard_core.types import GenerationResult, StepRecord
 from specguard_integrations.common import base_config, knob_overrides, request_config
 from specguard_integrations.fields import KNOBS
-from specguard_integrations.llama_index_convert import Turn, chat_response, to_engine_messages
-from specguard_integrations.llama_index_engine import EngineOwner
+from specguard_integrations.llama_index.convert import Turn, chat_response, to_engine_messages
+from specguard_integrations.llama_index.engine import EngineOwner
 
 if TYPE_CHECKING:
     from specguard_core.engine.loop import GenerationStream, SpecGuardEngine

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.load import dumps
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
@@ -31,7 +32,7 @@ from specguard_integrations.langchain import (
     normalise_tool_choice,
     to_engine_message,
 )
-from tests.specguard_integrations.langchain_helpers import (
+from tests.specguard_integrations.langchain.helpers import (
     draft_respond,
     make_engine,
     respond,
@@ -89,13 +90,28 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_the_core_never_imports_langchain_and_the_adapter_is_lazy() -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     core = {p.name: _imports(p) & {"langchain", "langchain_core"}
             for p in (root / "specguard_core").glob("*.py")}
     assert not any(core.values()), core
     package = ast.parse((root / "specguard_integrations" / "__init__.py").read_text())
     top_level = {n.module for n in package.body if isinstance(n, ast.ImportFrom)}
     assert top_level <= {"__future__", "typing"}
+
+
+def test_serialised_ids_name_the_public_path() -> None:
+    public = ["specguard_integrations", "langchain", "ChatSpecGuard"]
+    model = ChatSpecGuard(engine=shared_engine())
+    assert ChatSpecGuard.lc_id() == public
+    assert json.loads(dumps(model))["id"] == public
+    bound = json.loads(dumps(model.bind_tools([])))
+    assert bound["kwargs"]["bound"]["id"] == public
+
+    class Mine(ChatSpecGuard):
+        pass
+
+    assert Mine.lc_id() == [*__name__.split("."), "Mine"]
+    assert json.loads(dumps(Mine(engine=shared_engine())))["id"] == Mine.lc_id()
 
 
 def test_construction_is_cheap_and_the_pair_loads_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
 from llama_index.core.base.llms.types import ChatMessage
 
 from specguard_integrations import SpecGuardLLM
-from tests.specguard_integrations.llama_index_helpers import (
+from tests.specguard_integrations.llama_index.helpers import (
     HAVE_REAL,
     REAL_REASON,
     real_engine,

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from specguard_core.engine.loop import SpecGuardEngine
 from specguard_integrations.llama_index import SpecGuardLLM
-from tests.specguard_integrations.llama_index_helpers import make_engine
+from tests.specguard_integrations.llama_index.helpers import make_engine
 
 QUESTION = "What is 6 multiplied by 7? Use the multiply tool."
 

@@ -1,10 +1,10 @@
 """One `ChatSpecGuard` call: its keywords checked, the engine stream opened, steps out as chunks.
 
-`Calls` (an `EngineOwner`) is mixed into `ChatSpecGuard` (`specguard_integrations.langchain`):
-the per-call `SpecGuardConfig` and LangChain's `_generate` / `_stream` / `_agenerate` /
-`_astream` hooks. Each call is a `Run`, which opens the engine stream only when it is iterated
-and always closes it; the async hooks iterate it in a worker thread, so the event loop never
-blocks and leaving early stops the engine at the next step boundary.
+`Calls` (an `EngineOwner`) is mixed into `ChatSpecGuard` (`chat_model`): the per-call
+`SpecGuardConfig` and LangChain's `_generate` / `_stream` / `_agenerate` / `_astream` hooks. Each
+call is a `Run`, which opens the engine stream only when it is iterated and always closes it; the
+async hooks iterate it in a worker thread, so the event loop never blocks and leaving early stops
+the engine at the next step boundary.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from specguard_core.text.formats import with_instruction
 from specguard_core.types import StepRecord
 from specguard_integrations.common import base_config, knob_overrides, request_config
 from specguard_integrations.fields import KNOBS
-from specguard_integrations.langchain_convert import (
+from specguard_integrations.langchain.convert import (
     Translator,
     final_chunk,
     final_message,
@@ -34,7 +34,7 @@ from specguard_integrations.langchain_convert import (
     normalise_tool_choice,
     to_engine_message,
 )
-from specguard_integrations.langchain_engine import EngineOwner
+from specguard_integrations.langchain.engine import EngineOwner
 
 # the per-call keywords besides SpecGuardConfig fields (named in the unknown-keyword error)
 CALL_KEYS = {"tools", "tool_choice", "response_format", "parallel_tool_calls", "model",

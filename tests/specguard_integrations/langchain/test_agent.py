@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from specguard_core.testing import scripted_engine
 from specguard_integrations.langchain import ChatSpecGuard
-from tests.specguard_integrations.langchain_helpers import shared_engine
+from tests.specguard_integrations.langchain.helpers import shared_engine
 
 
 @tool

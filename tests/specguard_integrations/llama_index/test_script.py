@@ -1,10 +1,10 @@
-"""Sanity tests of the scripted pair in `llama_index_helpers` (the script itself)."""
+"""Sanity tests of the scripted pair in `helpers` (the script itself)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.specguard_integrations.llama_index_helpers import WEATHER, make_engine
+from tests.specguard_integrations.llama_index.helpers import WEATHER, make_engine
 
 
 def test_script_answers_tool_calls_and_results() -> None:

@@ -1,9 +1,9 @@
 """The engine a `SpecGuardLLM` runs on.
 
-`EngineOwner` is mixed into `SpecGuardLLM` (`specguard_integrations.llama_index`, which declares
-the fields it reads): the engine passed to the constructor, or the draft/target pair loaded once on
-first use (thread-safe) with the loader options; and the pair's context window and name, which
-`metadata` reports without loading it.
+`EngineOwner` is mixed into `SpecGuardLLM` (`llm`, which declares the fields it reads): the engine
+passed to the constructor, or the draft/target pair loaded once on first use (thread-safe) with
+the loader options; and the pair's context window and name, which `metadata` reports without
+loading it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """`SpecGuardLLM`'s tool hooks, as LlamaIndex's `FunctionCallingLLM` calls them.
 
-`ToolCalls` is mixed into `SpecGuardLLM` (`specguard_integrations.llama_index`):
-`chat_with_tools` and the agents build their `chat` arguments with `_prepare_chat_with_tools`
-(OpenAI tool dicts through LlamaIndex's own `to_openai_tool`, and the engine's tool choice), trim a
-response to one tool call unless parallel calls are allowed, and read the calls back as
-`ToolSelection`s.
+`ToolCalls` is mixed into `SpecGuardLLM` (`llm`): `chat_with_tools` and the agents build their
+`chat` arguments with `_prepare_chat_with_tools` (OpenAI tool dicts through LlamaIndex's own
+`to_openai_tool`, and the engine's tool choice), trim a response to one tool call unless parallel
+calls are allowed, and read the calls back as `ToolSelection`s.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
 from llama_index.core.llms.llm import ToolSelection
 
-from specguard_integrations.llama_index_convert import tool_selections
+from specguard_integrations.llama_index.convert import tool_selections
 
 if TYPE_CHECKING:
     from llama_index.core.tools.types import BaseTool

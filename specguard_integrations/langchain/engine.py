@@ -1,9 +1,9 @@
 """The engine a `ChatSpecGuard` runs on, and its token counting.
 
-`EngineOwner` is mixed into `ChatSpecGuard` (`specguard_integrations.langchain`, which declares
-the fields it reads): the injected engine, or the draft/target pair loaded once on first use with
-the loader options; and the target's tokenizer for LangChain's token counts, read from local files
-only (never the hub) so that counting never loads weights.
+`EngineOwner` is mixed into `ChatSpecGuard` (`chat_model`, which declares the fields it reads):
+the injected engine, or the draft/target pair loaded once on first use with the loader options;
+and the target's tokenizer for LangChain's token counts, read from local files only (never the
+hub) so that counting never loads weights.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
 from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_integrations.common import base_config, load_options, load_pair, tokenizer_refs
-from specguard_integrations.langchain_convert import to_engine_message
+from specguard_integrations.langchain.convert import to_engine_message
 
 
 class EngineOwner:

@@ -22,7 +22,7 @@ from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langchain_core.utils.pydantic import is_basemodel_subclass
 
-from specguard_integrations.langchain_convert import response_format_for
+from specguard_integrations.langchain.convert import response_format_for
 
 Method = Literal["function_calling", "json_schema", "json_mode"]
 

@@ -28,7 +28,7 @@ from specguard_integrations.llama_index import (
     to_engine_messages,
     tool_selections,
 )
-from tests.specguard_integrations.llama_index_helpers import (
+from tests.specguard_integrations.llama_index.helpers import (
     GREETING,
     make_engine,
     respond,

@@ -1,10 +1,10 @@
-"""Sanity tests of the scripted pair in `langchain_helpers` (the script itself)."""
+"""Sanity tests of the scripted pair in `helpers` (the script itself)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.specguard_integrations.langchain_helpers import shared_engine
+from tests.specguard_integrations.langchain.helpers import shared_engine
 
 
 def test_script_calls_the_named_tool_with_schema_arguments() -> None:
