@@ -252,7 +252,7 @@ class _Tokens(BaseCallbackHandler):
 
 
 def test_token_callbacks_fire_once_per_chunk() -> None:
-    """Issue 16 item 7: as ChatOllama does, `invoke` fires `on_llm_new_token` once per committed
+    """As ChatOllama does, `invoke` fires `on_llm_new_token` once per committed
     step (and once for the last chunk), exactly as streaming does, without `streaming=True`."""
     streamed = _Tokens()
     chunks = list(chat().stream("Hello", config={"callbacks": [streamed]}))
