@@ -27,9 +27,14 @@ from typing import Any
 from specguard_bench.common.methods import preset_of
 from specguard_bench.reasoning.answers import grade
 from specguard_bench.reasoning.problems import Problem, load_file, load_problems
-from specguard_bench.tool_calling.bfcl_bench import PATHS
 from specguard_bench.tool_calling.chat_engine import MethodEngine, TurnLimitReached
-from specguard_bench.tool_calling.suites import SuiteSettings, method_config, sync, task_seed
+from specguard_bench.tool_calling.suites import (
+    SuiteSettings,
+    method_config,
+    path_counts,
+    sync,
+    task_seed,
+)
 from specguard_core.config import NormBounds, SpecGuardConfig
 from specguard_core.types import GenerationResult
 
@@ -153,8 +158,7 @@ def turns_summary(results: Sequence[GenerationResult], speculative: bool) -> dic
         "invalid_calls": sum(len(r.invalid_tool_calls) for r in results),
         "new_tokens": sum(r.usage.completion_tokens for r in results),
         "prompt_tokens": sum(r.usage.prompt_tokens for r in results),
-        "paths": {p: sum(s.path == p for r in results for s in r.steps) for p in PATHS}
-        if speculative else None,
+        "paths": path_counts(s for r in results for s in r.steps) if speculative else None,
         "turns": [{"text": r.raw_text, "finish_reason": r.finish_reason,
                    "calls": [{"name": c.name, "arguments": c.arguments} for c in r.tool_calls],
                    "invalid_calls": [{"name": c.name, "error": c.error, "raw": c.raw}

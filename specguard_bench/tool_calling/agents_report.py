@@ -18,12 +18,13 @@ from specguard_bench.tool_calling.agents_bench import (
     run_task,
     warm_up,
 )
-from specguard_bench.tool_calling.bfcl_bench import PATHS
 from specguard_bench.tool_calling.suites import (
     SUMMARY,
     TABLE,
     SuiteSettings,
     check_suite_methods,
+    path_cell,
+    paths_per_task,
     run_suite,
 )
 
@@ -31,7 +32,6 @@ from specguard_bench.tool_calling.suites import (
 def group_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Aggregates of one (framework, method) group."""
     latency = [float(r["latency_s"]) for r in rows]
-    traced = [r for r in rows if r["paths"] is not None]
     return {
         "n": len(rows), "n_correct": sum(bool(r["correct"]) for r in rows),
         "accuracy": sum(bool(r["correct"]) for r in rows) / len(rows),
@@ -42,8 +42,7 @@ def group_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "invalid_calls": sum(r["invalid_calls"] for r in rows),
         "latency_median_s": statistics.median(latency), "latency_mean_s": statistics.fmean(latency),
         "new_tokens_mean": statistics.fmean(r["new_tokens"] for r in rows),
-        "paths_per_task": {p: statistics.fmean(r["paths"][p] for r in traced) for p in PATHS}
-        if traced else None,
+        "paths_per_task": paths_per_task(rows),
     }
 
 
@@ -70,13 +69,12 @@ def markdown_table(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> st
 
 
 def _row(framework: str, method: str, s: Mapping[str, Any]) -> list[str]:
-    paths = s["paths_per_task"]
     return [framework, method, f"{s['accuracy']:.1%} ({s['n_correct']}/{s['n']})",
             "/".join(str(s["end_states"][e]) for e in END_STATES),
             f"{s['model_turns_mean']:.1f}", f"{s['tool_calls_mean']:.1f}",
             str(s["repeated_calls"]), str(s["invalid_calls"]), f"{s['latency_median_s']:.2f}",
             f"{s['latency_mean_s']:.2f}", f"{s['new_tokens_mean']:.0f}",
-            "/".join(f"{paths[p]:.1f}" for p in PATHS) if paths else "–"]
+            path_cell(s["paths_per_task"])]
 
 
 def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:

@@ -28,6 +28,9 @@ from specguard_bench.tool_calling.suites import (
     SuiteSettings,
     check_suite_methods,
     method_config,
+    path_cell,
+    path_counts,
+    paths_per_task,
     run_suite,
     task_seed,
     timed,
@@ -36,7 +39,6 @@ from specguard_core.config import NormBounds
 from specguard_core.text.chat import InputError
 from specguard_core.types import GenerationResult
 
-PATHS = ("kept", "target-checked", "target-verified", "regenerated")
 WARMUP_TOOL = {"type": "function", "function": {
     "name": "add", "description": "Add two numbers.",
     "parameters": {"type": "object", "properties": {"a": {"type": "number"},
@@ -50,11 +52,6 @@ def load_tasks(settings: SuiteSettings) -> tuple[list[BfclTask], list[Skipped]]:
     if settings.dataset_file is not None:
         return load_file(settings.dataset_file, settings.n, settings.offset)
     return load_categories(settings.categories or CATEGORIES, settings.n, settings.offset)
-
-
-def path_counts(result: GenerationResult) -> dict[str, int]:
-    """How many of the run's steps took each path."""
-    return {p: sum(s.path == p for s in result.steps) for p in PATHS}
 
 
 def task_row(task: BfclTask, method: str, result: GenerationResult | None, latency_s: float,
@@ -76,7 +73,7 @@ def task_row(task: BfclTask, method: str, result: GenerationResult | None, laten
             "new_tokens": result.usage.completion_tokens,
             "prompt_tokens": result.usage.prompt_tokens,
             "finish_reason": result.finish_reason, "text": result.raw_text,
-            "paths": path_counts(result) if preset_of(method) is not None else None,
+            "paths": path_counts(result.steps) if preset_of(method) is not None else None,
             "draft_tokens": result.stats.draft_tokens,
             "target_tokens": result.stats.target_tokens,
             "step_trace": [s.trace() for s in result.steps]}
@@ -114,7 +111,6 @@ def group_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     calls = sum(len(r["calls"]) + len(r["invalid_calls"]) for r in rows)
     invalid = sum(len(r["invalid_calls"]) for r in rows)
     latency = [float(r["latency_s"]) for r in rows]
-    traced = [r for r in rows if r["paths"] is not None]
     return {
         "n": len(rows), "n_correct": sum(bool(r["correct"]) for r in rows),
         "accuracy": sum(bool(r["correct"]) for r in rows) / len(rows),
@@ -126,8 +122,7 @@ def group_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "new_tokens_mean": statistics.fmean(r["new_tokens"] for r in rows),
         "prompt_tokens_mean": statistics.fmean(r["prompt_tokens"] for r in rows),
         "steps_mean": statistics.fmean(len(r["step_trace"] or []) for r in rows),
-        "paths_per_task": {p: statistics.fmean(r["paths"][p] for r in traced) for p in PATHS}
-        if traced else None,
+        "paths_per_task": paths_per_task(rows),
     }
 
 
@@ -177,7 +172,6 @@ def markdown_table(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> st
 
 
 def _row(category: str, method: str, s: Mapping[str, Any]) -> list[str]:
-    paths = s["paths_per_task"]
     vs = s["as_target"]
     same, differs = ((f"{vs['same_calls']}/{vs['compared']}", str(vs["choice_differs"]))
                      if vs["compared"] else ("–", "–"))
@@ -186,7 +180,7 @@ def _row(category: str, method: str, s: Mapping[str, Any]) -> list[str]:
             same, differs, f"{s['latency_median_s']:.2f}", f"{s['latency_mean_s']:.2f}",
             fmt_cell(s["vs_token_sd"], ".2f", "x"), f"{s['new_tokens_mean']:.0f}",
             fmt_cell(s["steps_mean"], ".1f"),
-            "/".join(f"{paths[p]:.1f}" for p in PATHS) if paths else "–"]
+            path_cell(s["paths_per_task"])]
 
 
 def run_bfcl(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:

@@ -6,8 +6,10 @@ and timing.
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +28,11 @@ from specguard_bench.common.store import (
 )
 from specguard_bench.tool_calling.names import FRAMEWORKS
 from specguard_core.config import NormBounds, SpecGuardConfig
+from specguard_core.types import StepPath, StepRecord
 
 SUMMARY, TABLE = "summary.json", "results.md"  # every suite's reports, beside its results.jsonl
+# a SpecGuard step's paths, in the reports' order
+PATHS: tuple[StepPath, ...] = ("kept", "target-checked", "target-verified", "regenerated")
 
 
 @dataclass(frozen=True)
@@ -129,3 +134,22 @@ def run_suite(settings: SuiteSettings, tasks: Sequence[TaskT], methods: Sequence
     env = (environment(used) if used is not None
            else previous_environment(settings.out_dir / SUMMARY, settings.device))
     return rows, env, bounds
+
+
+def path_counts(steps: Iterable[StepRecord]) -> dict[str, int]:
+    """How many of `steps` took each path."""
+    counted = Counter(s.path for s in steps)
+    return {p: counted[p] for p in PATHS}
+
+
+def paths_per_task(rows: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
+    """The mean steps per path over the rows that carry path counts (SpecGuard methods); None
+    when none does (the baselines)."""
+    traced = [r for r in rows if r["paths"] is not None]
+    return ({p: statistics.fmean(r["paths"][p] for r in traced) for p in PATHS}
+            if traced else None)
+
+
+def path_cell(paths: Mapping[str, float] | None) -> str:
+    """The report's kept/checked/verified/regen cell; "–" for a method without paths."""
+    return "/".join(f"{paths[p]:.1f}" for p in PATHS) if paths else "–"
