@@ -37,7 +37,6 @@ from specguard_core.text.chat import (
     render_prompt,
 )
 from specguard_core.text.steps import StepRules, segment, step_kind, strip_markers
-from specguard_core.text.tool_calls import response_template
 from specguard_core.types import (
     FinishReason,
     GenerationResult,
@@ -135,12 +134,11 @@ class MethodEngine(SpecGuardEngine):
         if eos:
             groups[-1].append(new[-1])
         records, in_think = [], False
-        template = response_template(  # the engine's parser (engine/run/start.py)
-            self.target.tokenizer, getattr(self.target, "model", None), self.draft.model)
         elapsed = time.perf_counter() - t0
         for i, (piece, group) in enumerate(zip(pieces, groups, strict=True)):
             kind, in_think = step_kind(piece, in_think, rules)
-            call = parse_tool_call(piece, tools, self.target.tokenizer, template) \
+            call = parse_tool_call(piece, tools, self.target.tokenizer,
+                                   self.response_template) \
                 if kind == "tool_call" else None
             mine = len(group)
             records.append(StepRecord(

@@ -40,6 +40,7 @@ from specguard_core.text.chat import (
     render_prompt,
     token_bytes,
 )
+from specguard_core.text.tool_calls import response_template
 from specguard_core.types import Cancelled, GenerationResult, StepRecord
 
 
@@ -70,6 +71,8 @@ class SpecGuardEngine:
             self.target = self._handle(target_model, target_tokenizer)
         self.config = config or default_config()
         self.draft = self._handle(draft_model, draft_tokenizer)
+        self.response_template = response_template(  # by the target's model type, else draft's
+            self.target.tokenizer, getattr(self.target, "model", None), draft_model)
         same_vocab = draft_tokenizer.get_vocab() == self.target.tokenizer.get_vocab()
         if not same_vocab and not self.engine_config.heterogeneous:
             raise InputError("the draft and target tokenizers have different vocabularies; pick a "

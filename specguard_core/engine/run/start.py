@@ -31,7 +31,6 @@ from specguard_core.text.chat import (
 )
 from specguard_core.text.formats import ResponseFormat
 from specguard_core.text.steps import StepRules
-from specguard_core.text.tool_calls import response_template
 
 
 def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
@@ -64,9 +63,7 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
         generator=torch.Generator(pair.draft.device).manual_seed(cfg.seed),
         prompt_tokens=len(prompts[1]), context_window=pair.context_window,
         tokenizer=pair.target.tokenizer, response_format=fmt, timeout=timeout,
-        # the in-process target's model type, else the draft's (a served target's family)
-        response_template=response_template(pair.target.tokenizer,
-                                            getattr(pair.target, "model", None), pair.draft.model),
+        response_template=pair.response_template,
         deadline=None if timeout is None else time.monotonic() + timeout,
     )
     req.draft.pending, req.target.pending = prompts

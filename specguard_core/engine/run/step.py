@@ -15,7 +15,7 @@ The step runs on a `Pair` (`SpecGuardEngine` is one) and holds no state of its o
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import Target, TentativePass
@@ -37,7 +37,8 @@ Outcome = Literal["kept", "target-checked", "fall back"]
 
 
 class Pair(Protocol):
-    """What a request runs on: the draft, the target and the judge between them."""
+    """What a request runs on: the draft, the target and the judge between them, and the
+    response template that reads the pair's tool calls (`text.tool_calls.response_template`)."""
 
     @property
     def draft(self) -> ModelHandle: ...
@@ -50,6 +51,9 @@ class Pair(Protocol):
 
     @property
     def context_window(self) -> int: ...
+
+    @property
+    def response_template(self) -> dict[str, Any] | None: ...
 
 
 @dataclass
