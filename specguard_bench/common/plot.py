@@ -147,3 +147,37 @@ def plot_concurrency(summary: Mapping[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_groups(groups: Mapping[str, Mapping[str, Mapping[str, Any]]], title: str,
+                path: Path) -> None:
+    """A tool-calling suite's table as bars, one group per category (BFCL) or framework (agents),
+    one bar per method. Left: accuracy. Right: mean latency per task over token-level SD's
+    (`latency_mean_s` over the `token-sd` row of the same group; panel left empty when that
+    method did not run). `groups`: {group: {method: summary with n, n_correct, accuracy,
+    latency_mean_s}}. Written to `path`."""
+    plt = _pyplot()
+    names = list(groups)
+    methods = list(dict.fromkeys(m for g in groups.values() for m in g))
+    fig, (ax_acc, ax_lat) = plt.subplots(1, 2, figsize=(12, 4.2))
+    width = 0.8 / max(len(methods), 1)
+    for i, method in enumerate(methods):
+        xs = [g + (i - (len(methods) - 1) / 2) * width for g in range(len(names))]
+        acc = [groups[n][method]["accuracy"] * 100 if method in groups[n] else 0 for n in names]
+        ax_acc.bar(xs, acc, width, label=method)
+        ratios = [groups[n][method]["latency_mean_s"] / groups[n]["token-sd"]["latency_mean_s"]
+                  if method in groups[n] and "token-sd" in groups[n] else 0 for n in names]
+        ax_lat.bar(xs, ratios, width, label=method)
+    for ax in (ax_acc, ax_lat):
+        ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax_acc.set_ylabel("accuracy (%)")
+    ax_acc.set_ylim(0, 105)
+    ax_acc.legend(fontsize=7, loc="upper right")
+    ax_lat.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax_lat.set_ylabel("mean latency per task vs token-level SD")
+    ax_acc.set_title("accuracy", fontsize=9)
+    ax_lat.set_title("latency (1.0 = token-level SD)", fontsize=9)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

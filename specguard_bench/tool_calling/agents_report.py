@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specguard_bench.common.environment import machine_line
+from specguard_bench.common.plot import plot_groups
 from specguard_bench.common.table import md_table
 from specguard_bench.tool_calling.agents_bench import (
     END_STATES,
@@ -19,6 +20,7 @@ from specguard_bench.tool_calling.agents_bench import (
     warm_up,
 )
 from specguard_bench.tool_calling.suites import (
+    PLOT,
     SUMMARY,
     TABLE,
     SuiteSettings,
@@ -101,4 +103,6 @@ def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
         f"tools, turn limit {settings.turn_limit}\n\ndraft `{s['draft']}`, target "
         f"`{s['target']}`, {machine_line(env)}, {s['dtype']}, max "
         f"{s['max_new_tokens']} new tokens per turn\n\n" + summary["table"])
+    plot_groups(by_framework, f"GSM8K agents, {summary['n_problems']} problems: "
+                f"{s['draft'].split('/')[-1]} -> {s['target'].split('/')[-1]}", out / PLOT)
     return summary

@@ -18,11 +18,13 @@ from typing import Any
 from specguard_bench.common.environment import machine_line
 from specguard_bench.common.methods import preset_of
 from specguard_bench.common.metrics import fmt_cell
+from specguard_bench.common.plot import plot_groups
 from specguard_bench.common.table import md_table
 from specguard_bench.tool_calling.bfcl_check import Check, check_task
 from specguard_bench.tool_calling.bfcl_data import CATEGORIES, BfclTask, Skipped, load_categories, load_file
 from specguard_bench.tool_calling.chat_engine import MethodEngine
 from specguard_bench.tool_calling.suites import (
+    PLOT,
     SUMMARY,
     TABLE,
     SuiteSettings,
@@ -205,7 +207,8 @@ def run_bfcl(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
 
 def write_reports(settings: SuiteSettings, summary: Mapping[str, Any],
                   skipped: Sequence[Skipped]) -> None:
-    """summary.json and results.md (the table, then the skipped lines)."""
+    """summary.json, results.md (the table, then the skipped lines) and results.png (accuracy
+    and latency over token-level SD per category and method)."""
     out = settings.out_dir
     (out / SUMMARY).write_text(json.dumps(summary, indent=2, default=str) + "\n")
     s = summary["settings"]
@@ -215,3 +218,5 @@ def write_reports(settings: SuiteSettings, summary: Mapping[str, Any],
     tail = "".join(f"- {entry}\n" for entry in skipped)
     (out / TABLE).write_text(head + summary["table"]
                              + (f"\n## Skipped lines\n\n{tail}" if tail else ""))
+    plot_groups(summary["categories"], f"BFCL, {summary['n_tasks']} tasks: "
+                f"{s['draft'].split('/')[-1]} -> {s['target'].split('/')[-1]}", out / PLOT)

@@ -30,7 +30,8 @@ from specguard_bench.tool_calling.names import FRAMEWORKS
 from specguard_core.config import NormBounds, SpecGuardConfig
 from specguard_core.types import StepPath, StepRecord
 
-SUMMARY, TABLE = "summary.json", "results.md"  # every suite's reports, beside its results.jsonl
+# every suite's reports, beside its results.jsonl
+SUMMARY, TABLE, PLOT = "summary.json", "results.md", "results.png"
 # a SpecGuard step's paths, in the reports' order
 PATHS: tuple[StepPath, ...] = ("kept", "target-checked", "target-verified", "regenerated")
 

@@ -59,6 +59,7 @@ def test_each_framework_solves_with_every_method(tmp_path: Path,
     assert lc["end_states"] == {"answered": 1, "turn_limit": 0, "error": 0}
     assert "| llama_index | token-sd | 100.0% (1/1) | 1/0/0 | 4.0 | 3.0 | 0 | 0 |" in \
         (tmp_path / "run" / "results.md").read_text()
+    assert (tmp_path / "run" / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_an_agent_that_loops_stops_at_its_turn_limit(tmp_path: Path,

@@ -92,6 +92,7 @@ def test_bfcl_suite_scores_every_method_and_resumes(engine: Any, tmp_path: Path,
     table = (out / "results.md").read_text()
     assert "| simple_python | draft | 50.0% (1/2) | 0.0% (0/2) | 1/2 | 0 |" in table
     assert "| all | specguard-balanced | 100.0% (10/10) | 0.0% (0/12) | 10/10 | 0 |" in table
+    assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     # resumed: nothing runs again (the engine is not even loaded); one missing pair reruns
     assert main(argv) == 0 and len(rows(out)) == 10 * len(BFCL_METHODS) and len(loads) == 1
