@@ -1,6 +1,7 @@
 """The agents suite's run and reports: `run_agents` (resumable, as every suite), and per
 framework and method: accuracy, end states, model turns, tool calls, repeated and invalid calls,
-wall time, tokens and SpecGuard steps per path (`summary.json`, `results.md`)."""
+wall time, tokens and SpecGuard steps per path (`summary.json`, `results.md`; `results.png`
+plots accuracy and latency over token-level SD)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ Each (task, method): the task's functions offered as tools through the engine's 
 calls it wrote scored with BFCL's AST rules (`bfcl_check`). The output directory holds
 `results.jsonl` and `run.json` (resumable, as the reasoning benchmark's), `summary.json` and
 `results.md`: per category and method, accuracy, the invalid-call rate, latency, tokens and the
-SpecGuard steps per path, and the lines that were skipped (with why).
+SpecGuard steps per path, and the lines that were skipped (with why); `results.png` plots accuracy
+and latency over token-level SD per category.
 """
 
 from __future__ import annotations
