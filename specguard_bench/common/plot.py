@@ -20,6 +20,12 @@ def _pyplot() -> Any:
     return plt
 
 
+def pair_label(settings: Mapping[str, Any]) -> str:
+    """The run's pair for a plot's title: `draft -> target`, each model's last path part."""
+    return (f"{Path(str(settings.get('draft', ''))).name} -> "
+            f"{Path(str(settings.get('target', ''))).name}")
+
+
 def plot_bench(summary: Mapping[str, Any], path: Path) -> None:
     """Left: accuracy against median latency per problem, one labelled point per method (with its
     count and speed-up against `target`). Right: the SpecGuard methods' step acceptance rate by
@@ -57,9 +63,7 @@ def plot_bench(summary: Mapping[str, Any], path: Path) -> None:
         ax_step.legend(fontsize=8)
     s = summary.get("settings", {})
     fig.suptitle(
-        f"{s.get('dataset', '')} n={summary.get('n_problems', '')}: "
-        f"{Path(str(s.get('draft', ''))).name} -> {Path(str(s.get('target', ''))).name}"
-    )
+        f"{s.get('dataset', '')} n={summary.get('n_problems', '')}: {pair_label(s)}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -141,21 +145,20 @@ def plot_concurrency(summary: Mapping[str, Any], path: Path) -> None:
     ax_lat.set_title("request latency: p50 solid, p95 dashed", fontsize=9)
     s = summary.get("settings", {})
     fig.suptitle(
-        f"{s.get('dataset', '')} n={s.get('n', '')}: "
-        f"{Path(str(s.get('draft', ''))).name} -> {Path(str(s.get('target', ''))).name}"
-    )
+        f"{s.get('dataset', '')} n={s.get('n', '')}: {pair_label(s)}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def plot_groups(groups: Mapping[str, Mapping[str, Mapping[str, Any]]], title: str,
-                path: Path) -> None:
+def plot_groups(groups: Mapping[str, Mapping[str, Mapping[str, Any]]], what: str,
+                settings: Mapping[str, Any], path: Path) -> None:
     """A tool-calling suite's table as bars, one group per category (BFCL) or framework (agents),
     one bar per method. Left: accuracy. Right: mean latency per task over token-level SD's
     (`latency_mean_s` over the `token-sd` row of the same group; panel left empty when that
     method did not run). `groups`: {group: {method: summary with n, n_correct, accuracy,
-    latency_mean_s}}. Written to `path`."""
+    latency_mean_s}}; the title is `what` and the run's pair (`settings`' draft and target).
+    Written to `path`."""
     plt = _pyplot()
     names = list(groups)
     methods = list(dict.fromkeys(m for g in groups.values() for m in g))
@@ -177,7 +180,7 @@ def plot_groups(groups: Mapping[str, Mapping[str, Mapping[str, Any]]], title: st
     ax_lat.set_ylabel("mean latency per task vs token-level SD")
     ax_acc.set_title("accuracy", fontsize=9)
     ax_lat.set_title("latency (1.0 = token-level SD)", fontsize=9)
-    fig.suptitle(title)
+    fig.suptitle(f"{what}: {pair_label(settings)}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

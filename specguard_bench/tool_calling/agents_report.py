@@ -104,6 +104,5 @@ def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
         f"tools, turn limit {settings.turn_limit}\n\ndraft `{s['draft']}`, target "
         f"`{s['target']}`, {machine_line(env)}, {s['dtype']}, max "
         f"{s['max_new_tokens']} new tokens per turn\n\n" + summary["table"])
-    plot_groups(by_framework, f"GSM8K agents, {summary['n_problems']} problems: "
-                f"{s['draft'].split('/')[-1]} -> {s['target'].split('/')[-1]}", out / PLOT)
+    plot_groups(by_framework, f"GSM8K agents, {summary['n_problems']} problems", s, out / PLOT)
     return summary

@@ -219,5 +219,4 @@ def write_reports(settings: SuiteSettings, summary: Mapping[str, Any],
     tail = "".join(f"- {entry}\n" for entry in skipped)
     (out / TABLE).write_text(head + summary["table"]
                              + (f"\n## Skipped lines\n\n{tail}" if tail else ""))
-    plot_groups(summary["categories"], f"BFCL, {summary['n_tasks']} tasks: "
-                f"{s['draft'].split('/')[-1]} -> {s['target'].split('/')[-1]}", out / PLOT)
+    plot_groups(summary["categories"], f"BFCL, {summary['n_tasks']} tasks", s, out / PLOT)
