@@ -13,8 +13,8 @@ holds it (`Shaping.penalise` / `penalise_rows`); the warpers after it depend on 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers.generation.logits_process import (
@@ -26,6 +26,9 @@ from transformers.generation.logits_process import (
 
 from specguard_core.config import SpecGuardConfig
 
+if TYPE_CHECKING:
+    from specguard_core.decoding.grammar import Grammar
+
 
 @dataclass(frozen=True)
 class Shaping:
@@ -34,20 +37,28 @@ class Shaping:
     `top_k`: keep the k most likely tokens (0: all). `min_p`: keep tokens with probability >=
     min_p * the top token's (0: all). `repetition_penalty`: CTRL's penalty on every token already
     in the sequence (prompt included), as transformers and vLLM apply it (1: none; > 1 discourages
-    repeats)."""
+    repeats). `grammar`: a strict response format's token mask (`decoding/grammar.py`), applied
+    after the penalty, as vLLM applies structured output."""
 
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
+    grammar: Grammar | None = field(default=None, compare=False)
 
     @classmethod
-    def of(cls, cfg: SpecGuardConfig) -> Shaping:
-        """The shaping a `SpecGuardConfig` asks for."""
-        return cls(cfg.top_k, cfg.min_p, cfg.repetition_penalty)
+    def of(cls, cfg: SpecGuardConfig, grammar: Grammar | None = None) -> Shaping:
+        """The shaping a `SpecGuardConfig` asks for (with a request's grammar, if any)."""
+        return cls(cfg.top_k, cfg.min_p, cfg.repetition_penalty, grammar)
 
     @property
     def penalised(self) -> bool:
-        return self.repetition_penalty != 1.0
+        """Whether the logits depend on the sequence so far (a penalty or a grammar)."""
+        return self.repetition_penalty != 1.0 or self.grammar is not None
+
+    @property
+    def cuts(self) -> bool:
+        """Whether some tokens may be left at -inf (top-k, min-p or a grammar)."""
+        return self.top_k > 0 or self.min_p > 0 or self.grammar is not None
 
     def warpers(self) -> LogitsProcessorList:
         """The warpers after temperature and top-p that are switched on (top-k comes before top-p
@@ -61,15 +72,22 @@ class Shaping:
 
     def penalise(self, logits: torch.Tensor, history: torch.Tensor | None) -> torch.Tensor:
         """`logits: [N, V]`, `history: [N, L]` the ids each row's sequence holds (entries equal to V
-        are padding) -> `[N, V]` penalised (the input itself when there is no penalty)."""
-        if not self.penalised or history is None or history.numel() == 0:
+        are padding) -> `[N, V]` penalised, then masked by the grammar (the input itself when
+        neither applies)."""
+        if not self.penalised or history is None:
             return logits
-        process = RepetitionPenaltyLogitsProcessor(self.repetition_penalty)
-        return process(history.to(logits.device), logits)
+        if self.repetition_penalty != 1.0 and history.numel():
+            process = RepetitionPenaltyLogitsProcessor(self.repetition_penalty)
+            logits = process(history.to(logits.device), logits)
+        if self.grammar is not None:
+            vocab = logits.shape[-1]
+            seqs = [[t for t in row if t < vocab] for row in history.tolist()]
+            logits = self.grammar.mask(logits, seqs)
+        return logits
 
     def history(self, ids: Sequence[int], rows: int = 1, device: torch.device | None = None
                 ) -> torch.Tensor | None:
-        """`[rows, len(ids)]`: the same sequence for every row (None when there is no penalty)."""
+        """`[rows, len(ids)]`: the same sequence for every row (None when nothing reads it)."""
         if not self.penalised:
             return None
         return torch.tensor([list(ids)], dtype=torch.long, device=device).expand(rows, -1)
@@ -77,8 +95,11 @@ class Shaping:
     def penalise_rows(self, logits: torch.Tensor, prefix: Sequence[int], ids: Sequence[int]
                       ) -> torch.Tensor:
         """A verification pass: `logits: [R, V]`, row i predicting the token after
-        `prefix + ids[:i]` -> `[R, V]`, each row penalised for its own sequence."""
-        if not self.penalised:
+        `prefix + ids[:i]` -> `[R, V]`, each row penalised (and masked) for its own sequence."""
+        if self.grammar is not None:
+            seqs = [list(prefix) + list(ids[:i]) for i in range(logits.shape[0])]
+            logits = self.grammar.mask(logits, seqs)
+        if self.repetition_penalty == 1.0:
             return logits
         rows, vocab = logits.shape
         tail = torch.full((rows - 1,), vocab, dtype=torch.long)
@@ -87,7 +108,8 @@ class Shaping:
         seen = torch.arange(rows - 1)[None, :] < torch.arange(rows)[:, None]  # [R, R-1]: j < i
         history = torch.cat([torch.tensor([list(prefix)], dtype=torch.long).expand(rows, -1),
                              torch.where(seen, tail[None, :], vocab)], dim=1)  # [R, P+R-1]
-        return self.penalise(logits, history)
+        process = RepetitionPenaltyLogitsProcessor(self.repetition_penalty)
+        return process(history.to(logits.device), logits)
 
 
 NO_SHAPING = Shaping()

@@ -25,6 +25,7 @@ import torch
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState, Target, TentativePass
 from specguard_core.config import SpecGuardConfig
+from specguard_core.decoding.sampling import Shaping
 from specguard_core.engine.request import Request
 from specguard_core.engine.speculative import Rule, draft_doubts, judged_prefix
 from specguard_core.remote.target import RemoteTarget
@@ -41,6 +42,7 @@ class GrowingCheck:
     cfg: SpecGuardConfig
     rule: Rule = "typical"
     sensitive: torch.Tensor | None = None  # [V] bool: the tokens `exact-numbers` judges exactly
+    shaping: Shaping | None = None  # the request's (with its grammar); None: `Shaping.of(cfg)`
     tpass: TentativePass | None = None
     checked: int = 0
     passed: int = 0
@@ -62,7 +64,7 @@ class GrowingCheck:
                 or not same_vocab or not isinstance(target, ModelHandle | RemoteTarget)
                 or (cfg.temperature > 0 and rule == "exact")):
             return None
-        return cls(target, req.target, cfg, rule, sensitive)
+        return cls(target, req.target, cfg, rule, sensitive, req.shaping)
 
     def __call__(self, token_ids: list[int], logprobs: list[float]) -> bool:
         """`propose`'s watcher: True (stop the draft) once a written token was refused."""
@@ -93,7 +95,8 @@ class GrowingCheck:
             self.tpass.extend(fed)
         start = self.checked
         ok = judged_prefix(self.tpass.logits[start:], token_ids[start:], self.cfg,
-                           self.state.ids + token_ids[:start], self.rule, self.sensitive)
+                           self.state.ids + token_ids[:start], self.rule, self.sensitive,
+                           self.shaping)
         self.checked = len(token_ids)
         self.passed = start + ok
         self.seconds += time.perf_counter() - t0

@@ -29,7 +29,7 @@ import torch
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState, Target, TentativePass
 from specguard_core.decoding.proposal import Proposal, SampleSpec
-from specguard_core.decoding.sampling import Shaping, nucleus_probs, sample_with_probs
+from specguard_core.decoding.sampling import nucleus_probs, sample_with_probs
 from specguard_core.engine.proposer import StepText, propose
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.selector import Selector
@@ -84,7 +84,7 @@ def regenerate(draft: ModelHandle, target: Target, req: Request, proposal: Propo
     k = cfg.fallback_samples if sample else 1
     spec = SampleSpec(k, cfg.temperature if sample else 0.0, cfg.top_p,
                       max(1, req.budget(req.target)), req.rules, None,
-                      hidden=k > 1 and selector.mode == "hidden", shaping=Shaping.of(cfg),
+                      hidden=k > 1 and selector.mode == "hidden", shaping=req.shaping,
                       grace=req.grace())
     written = write_step(target, req.target, spec, req.generator, prior, check=req.check)
     i = selector.select(written.candidates)
@@ -107,7 +107,7 @@ def speculate(draft: ModelHandle, target: Target, req: Request, proposal: Propos
     the request's shaping (`sampling.Shaping`, each penalised for its own sequence so far), so the
     output follows the target's shaped distribution."""
     cfg, gen = req.cfg, req.generator
-    temp, top_p, shaping = cfg.temperature, cfg.top_p, Shaping.of(cfg)
+    temp, top_p, shaping = cfg.temperature, cfg.top_p, req.shaping
     cand = proposal.candidates[pick]
     text = StepText(target, req.rules, max(1, req.budget(req.target)), grace=req.grace())
     p_rows = shaping.penalise_rows(first.logits, req.target.ids, cand.token_ids)  # [T+1, V]
@@ -140,7 +140,7 @@ def speculate(draft: ModelHandle, target: Target, req: Request, proposal: Propos
         p_rows = shaping.penalise_rows(tpass.logits, req.target.ids, toks)  # [T+1, V]
         m = accepted_prefix(p_rows, toks, q_x, temp, top_p, gen, shaping)
         if temp == 0 and cfg.fallback_acceptance == "typical":
-            m = max(m, checked_prefix(tpass.logits, toks, cfg, req.target.ids))
+            m = max(m, checked_prefix(tpass.logits, toks, cfg, req.target.ids, shaping))
         grow = m == len(toks)
         req.draft_run = min(cfg.sd_max_draft_tokens, req.draft_run + 2) if grow else \
             max(1, req.draft_run - 1)
@@ -206,7 +206,7 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
     probs: list[float] = []
     rows: list[torch.Tensor] = []
     lps: list[float] = []
-    shaping = Shaping.of(req.cfg)
+    shaping = req.shaping
     for j in range(max(1, g)):
         raw = draft.next_logits(state)  # [V]
         logits = shaping.penalise(raw[None], shaping.history(state.ids, 1, draft.device))[0]

@@ -20,7 +20,6 @@ from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import Target, TentativePass
 from specguard_core.config import SpecGuardConfig
 from specguard_core.decoding.proposal import Candidate, SampleSpec
-from specguard_core.decoding.sampling import Shaping
 from specguard_core.engine.request import Request
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.speculative import Rule, judged_prefix
@@ -67,7 +66,7 @@ class Judge:
                           self.capture_layers(self.draft, cfg), cfg.sparsify_threshold,
                           hidden=cfg.k > 1 and selector.mode == "hidden",
                           pool_layers=self.pool_layers(self.draft, cfg)
-                          if cfg.scoring_model == "draft" else (), shaping=Shaping.of(cfg),
+                          if cfg.scoring_model == "draft" else (), shaping=req.shaping,
                           grace=req.grace())
 
     def score(self, req: Request, cand: Candidate, kind: StepKind
@@ -97,7 +96,8 @@ class Judge:
         """How many leading tokens of the draft step `ids` the target's check passes under `rule`
         (`tpass`: the target's pass over them)."""
         sensitive = self.numeric_mask() if rule == "exact-numbers" else None
-        return judged_prefix(tpass.logits, ids, req.cfg, req.target.ids, rule, sensitive)
+        return judged_prefix(tpass.logits, ids, req.cfg, req.target.ids, rule, sensitive,
+                             req.shaping)
 
     def numeric_mask(self) -> torch.Tensor:
         """`[V]` bool over the target's vocabulary: the tokens `exact-numbers` judges exactly."""

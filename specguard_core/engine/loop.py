@@ -21,6 +21,7 @@ from specguard_core.concurrency.batcher import Batcher, BatchingHandle
 from specguard_core.concurrency.cpu_runner import Runner
 from specguard_core.concurrency.turns import Turns
 from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, default_config
+from specguard_core.decoding.grammar import GrammarIndex
 from specguard_core.engine.judge import Judge
 from specguard_core.engine.request import Phases, Request
 from specguard_core.engine.run.start import open_request
@@ -82,6 +83,9 @@ class SpecGuardEngine:
         self._turns = Turns()
         self._selectors: dict[tuple[str, str | None], Selector] = {}
         self.judge = Judge(self.draft, self.target, same_vocab)
+        self.grammars = GrammarIndex(  # strict response formats' token masks, built when first used
+            self.target.tokenizer, sorted(self.draft.eos_ids | self.target.eos_ids),
+            max(_vocab_width(self.draft), _vocab_width(self.target)))
 
     @classmethod
     def from_pretrained(cls, draft: str, target: str, *, load: LoadOptions | None = None,
@@ -254,6 +258,12 @@ class SpecGuardEngine:
         if key not in self._selectors:
             self._selectors[key] = Selector(cfg.selector, cfg.sentence_transformer)
         return self._selectors[key]
+
+
+def _vocab_width(handle: Target) -> int:
+    """The width of `handle`'s logits (its lm_head may be padded past the tokenizer)."""
+    config = getattr(getattr(handle, "model", None), "config", None)
+    return max(int(getattr(config, "vocab_size", 0) or 0), len(handle.tokenizer))
 
 
 def _on_cpu(model: Any) -> bool:

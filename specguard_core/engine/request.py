@@ -17,6 +17,8 @@ import torch
 
 from specguard_core.cache.state import CacheState
 from specguard_core.config import Acceptance, SpecGuardConfig
+from specguard_core.decoding.grammar import Grammar
+from specguard_core.decoding.sampling import Shaping
 from specguard_core.engine.verify.verifier import Verdict
 from specguard_core.text.chat import parse_tool_call
 from specguard_core.text.formats import ResponseFormat, final_text
@@ -91,6 +93,7 @@ class Request:
     tokenizer: Any = None
     response_template: dict[str, Any] | None = None  # parses tool calls (`text.tool_calls`)
     response_format: ResponseFormat | None = None  # the answer must be JSON (matching a schema)
+    grammar: Grammar | None = None  # a strict format's token mask (`decoding/grammar.py`)
     stats: RunStats = field(default_factory=RunStats)
     steps: list[StepRecord] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
@@ -109,6 +112,12 @@ class Request:
     def __post_init__(self) -> None:
         self.stats.draft, self.stats.target = self.draft.counters, self.target.counters
         self.draft_run = self.cfg.sd_draft_tokens
+
+    @property
+    def shaping(self) -> Shaping:
+        """How this request's logits are shaped before any token is chosen or judged: the
+        config's top-k, min-p and repetition penalty, and the strict format's grammar."""
+        return Shaping.of(self.cfg, self.grammar)
 
     def check(self) -> None:
         """Stop work at once if the request was cancelled (`Cancelled`) or ran past its deadline

@@ -92,24 +92,27 @@ def typical_accept(target_logits: torch.Tensor, ids: list[int], eps: float, delt
 
 
 def checked_prefix(target_logits: torch.Tensor, ids: list[int], cfg: SpecGuardConfig,
-                   prefix: Sequence[int] = ()) -> int:
+                   prefix: Sequence[int] = (), shaping: Shaping | None = None) -> int:
     """`typical_prefix` with the request's target-check settings (`typical_eps`, `typical_delta`,
-    `typical_ratio`, its shaping): how many leading tokens of `ids` the target check passes."""
-    return typical_prefix(target_logits, ids, cfg.typical_eps, cfg.typical_delta, Shaping.of(cfg),
-                          prefix, cfg.typical_ratio)
+    `typical_ratio`, its shaping: `Shaping.of(cfg)` unless the request's own, with its grammar,
+    is given): how many leading tokens of `ids` the target check passes."""
+    return typical_prefix(target_logits, ids, cfg.typical_eps, cfg.typical_delta,
+                          shaping or Shaping.of(cfg), prefix, cfg.typical_ratio)
 
 
 def judged_prefix(target_logits: torch.Tensor, ids: list[int], cfg: SpecGuardConfig,
                   prefix: Sequence[int] = (), rule: Rule = "typical",
-                  sensitive: torch.Tensor | None = None) -> int:
+                  sensitive: torch.Tensor | None = None, shaping: Shaping | None = None) -> int:
     """How many leading tokens of `ids` the target's check passes under `rule`
     (`target_logits: [>=T, V]`, row i predicting `ids[i]`; `sensitive: [V]` bool, the tokens
     `exact-numbers` judges exactly). Greedy, `exact` passes the target's argmax after the request's
     repetition penalty (the target's greedy text). Sampling, `exact` passes nothing and
     `exact-numbers` nothing from the first sensitive token on: the speculative fallback's
-    speculative-sampling rule then judges those tokens, so they follow the target's distribution."""
+    speculative-sampling rule then judges those tokens, so they follow the target's distribution.
+    `shaping`: the request's (`Shaping.of(cfg)` when None)."""
+    shaping = shaping or Shaping.of(cfg)
     if rule == "typical" or not ids:
-        return checked_prefix(target_logits, ids, cfg, prefix)
+        return checked_prefix(target_logits, ids, cfg, prefix, shaping)
     n = len(ids)
     ids_t = torch.tensor(ids, device=target_logits.device)  # [T]
     exact_needed = torch.ones(n, dtype=torch.bool, device=target_logits.device)  # [T]
@@ -119,12 +122,12 @@ def judged_prefix(target_logits: torch.Tensor, ids: list[int], cfg: SpecGuardCon
     if cfg.temperature > 0:
         ok = ~exact_needed  # [T]
     else:
-        rows = Shaping.of(cfg).penalise_rows(target_logits[:n].float(), prefix, ids)  # [T, V]
+        rows = shaping.penalise_rows(target_logits[:n].float(), prefix, ids)  # [T, V]
         ok = (rows.argmax(-1) == ids_t) | ~exact_needed  # [T]
     exact_ok = int(ok.long().cumprod(0).sum())  # one host sync
     if rule == "exact":
         return exact_ok
-    return min(exact_ok, checked_prefix(target_logits, ids, cfg, prefix))
+    return min(exact_ok, checked_prefix(target_logits, ids, cfg, prefix, shaping))
 
 
 def typical_prefix(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float,
@@ -137,7 +140,7 @@ def typical_prefix(target_logits: torch.Tensor, ids: list[int], eps: float, delt
     rows = shaping.penalise_rows(target_logits[: len(ids)].float(), prefix, ids)  # [T, V]
     logp = torch.log_softmax(warp_logits(rows, shaping), dim=-1)  # [T, V]
     plogp = logp.exp() * logp  # [T, V]
-    if shaping.top_k > 0 or shaping.min_p > 0:  # tokens they cut: 0 log 0 = 0
+    if shaping.cuts:  # tokens they cut: 0 log 0 = 0
         plogp = plogp.masked_fill(logp.isneginf(), 0.0)
     entropy = -plogp.sum(-1)  # [T]
     p_x = logp.gather(-1, torch.tensor(ids, device=logp.device)[:, None])[:, 0].exp()  # [T]

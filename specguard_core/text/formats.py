@@ -25,10 +25,14 @@ _NUMBER_START = re.compile(r"-?\d*\.?\d*(?:[eE][-+]?\d*)?")
 
 @dataclass(frozen=True)
 class ResponseFormat:
-    """The answer is one JSON object; when `schema` is set it must also validate against it."""
+    """The answer is one JSON object; when `schema` is set it must also validate against it.
+    `strict` (OpenAI's `json_schema.strict`): every token is constrained to the schema's grammar
+    (`decoding/grammar.py`), so the answer matches it by construction; otherwise the answer steps
+    are checked and a draft answer off the format goes to the target."""
 
     schema: dict[str, Any] | None = None
     name: str = "response"
+    strict: bool = False
 
     @classmethod
     def of(cls, value: Any) -> ResponseFormat | None:
@@ -50,15 +54,19 @@ class ResponseFormat:
                 raise ValueError("response_format {'type': 'json_schema'} needs "
                                  "'json_schema': {'name': ..., 'schema': {...}}")
             schema, name = spec["schema"], str(spec.get("name") or "response")
+            strict = spec.get("strict")
+            if strict is not None and not isinstance(strict, bool):
+                raise ValueError(f"response_format json_schema.strict must be true or false, "
+                                 f"not {quoted(strict)}")
         else:
-            schema, name = value, str(value.get("title") or "response")
+            schema, name, strict = value, str(value.get("title") or "response"), False
         try:
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as err:
             raise ValueError("response_format has an invalid JSON schema: "
                              f"{quoted(err.message, FREE_TEXT_LIMIT)}; fix the schema (JSON "
                              "Schema 2020-12)") from None
-        return cls(schema, name)
+        return cls(schema, name, bool(strict))
 
 
 def _unfenced(text: str) -> str:
@@ -136,8 +144,8 @@ _JSON_ONLY = "Reply with a single JSON object and nothing else."
 
 def format_instruction(response_format: dict[str, Any]) -> str | None:
     """OpenAI's `response_format` (`json_schema` or `json_object`) as an instruction for the model,
-    which the engine's check does not replace (it verifies answers, it does not constrain
-    decoding); None for any other type (plain text)."""
+    which neither the engine's check nor a strict format's grammar replaces (a grammar says which
+    tokens may come, not what the answer should say); None for any other type (plain text)."""
     kind = response_format.get("type")
     if kind == "json_schema":
         schema = response_format.get("json_schema", {}).get("schema", {})

@@ -205,9 +205,14 @@ def final_message(chunks: list[AIMessageChunk], result: GenerationResult,
 
 
 # ---- structured output ----------------------------------------------------------------------
-def response_format_for(schema: dict[str, Any] | type | None, method: str) -> dict[str, Any]:
+def response_format_for(schema: dict[str, Any] | type | None, method: str,
+                        strict: bool | None = None) -> dict[str, Any]:
+    """OpenAI's `response_format` for `with_structured_output`; `strict=True` (json_schema)
+    constrains every token of the answer to the schema (the engine's constrained decoding)."""
     if method == "json_mode" or schema is None:
         return {"type": "json_object"}
     json_schema = convert_to_json_schema(schema)
-    return {"type": "json_schema",
-            "json_schema": {"name": json_schema.get("title", "response"), "schema": json_schema}}
+    spec: dict[str, Any] = {"name": json_schema.get("title", "response"), "schema": json_schema}
+    if strict is not None:
+        spec["strict"] = strict
+    return {"type": "json_schema", "json_schema": spec}

@@ -46,7 +46,7 @@ def structured_output(model: BaseChatModel, schema: dict[str, Any] | type | None
         parser = (PydanticToolsParser(tools=[schema], first_tool_only=True) if is_model
                   else JsonOutputKeyToolsParser(key_name=name, first_tool_only=True))
     elif method in ("json_schema", "json_mode"):
-        llm = model.bind(response_format=response_format_for(schema, method),
+        llm = model.bind(response_format=response_format_for(schema, method, strict),
                          ls_structured_output_format=fmt)
         parser = (PydanticOutputParser(pydantic_object=schema) if is_model
                   else JsonOutputParser())

@@ -18,6 +18,7 @@ import torch
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import Target
 from specguard_core.config import SpecGuardConfig
+from specguard_core.decoding.grammar import Grammar
 from specguard_core.engine.request import Request
 from specguard_core.engine.run.step import Pair
 from specguard_core.remote.target import check_served_target
@@ -67,7 +68,26 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
         deadline=None if timeout is None else time.monotonic() + timeout,
     )
     req.draft.pending, req.target.pending = prompts
+    if fmt is not None and fmt.strict:
+        req.grammar = _grammar(pair, fmt, checked, len(prompts[1]))
     return req
+
+
+def _grammar(pair: Pair, fmt: ResponseFormat, tools: list[dict[str, Any]], start: int) -> Grammar:
+    """The strict format's grammar over the reply (from token `start`), where it can hold: both
+    models read one vocabulary, the target runs in process, and no tool is offered (a call
+    could not be written)."""
+    if not pair.judge.same_vocab or not isinstance(pair.target, ModelHandle):
+        raise InputError("a strict response_format needs an in-process target sharing the "
+                         "draft's vocabulary; drop 'strict' (the answer is then checked, not "
+                         "constrained)")
+    if tools:
+        raise InputError("a strict response_format leaves no room for tool calls; offer no "
+                         "tools (or tool_choice='none'), or drop 'strict'")
+    try:
+        return pair.grammars.for_schema(fmt.schema, start)
+    except ValueError as err:
+        raise InputError(str(err)) from None
 
 
 def _prompt(handle: Target, messages: list[Message], tools: list[dict[str, Any]],

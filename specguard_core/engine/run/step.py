@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import Target, TentativePass
 from specguard_core.config import Acceptance
+from specguard_core.decoding.grammar import GrammarIndex
 from specguard_core.decoding.proposal import Candidate, Proposal
 from specguard_core.engine.check import GrowingCheck
 from specguard_core.engine.fallback import generated, regenerate, speculate
@@ -37,8 +38,9 @@ Outcome = Literal["kept", "target-checked", "fall back"]
 
 
 class Pair(Protocol):
-    """What a request runs on: the draft, the target and the judge between them, and the
-    response template that reads the pair's tool calls (`text.tool_calls.response_template`)."""
+    """What a request runs on: the draft, the target and the judge between them, the
+    response template that reads the pair's tool calls (`text.tool_calls.response_template`) and
+    the token index of strict response formats (`decoding.grammar.GrammarIndex`)."""
 
     @property
     def draft(self) -> ModelHandle: ...
@@ -54,6 +56,9 @@ class Pair(Protocol):
 
     @property
     def response_template(self) -> dict[str, Any] | None: ...
+
+    @property
+    def grammars(self) -> GrammarIndex: ...
 
 
 @dataclass

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
+from specguard_core.decoding.sampling import Shaping
 from tests.fixtures import on_device
 from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
 from tests.specguard_core.engine.test_engine import GREEDY, QUESTION, all_ids, reference
@@ -273,8 +274,9 @@ def test_a_draft_run_ends_on_the_product_of_its_probabilities(knobs: dict[str, f
                                                               run: int) -> None:
     from specguard_core.engine.fallback import _draft_run
 
-    req: Any = SimpleNamespace(cfg=SpecGuardConfig(temperature=0.0, **knobs),
-                               generator=torch.Generator().manual_seed(0))
+    cfg = SpecGuardConfig(temperature=0.0, **knobs)
+    req: Any = SimpleNamespace(cfg=cfg, generator=torch.Generator().manual_seed(0),
+                               shaping=Shaping.of(cfg))
     toks, probs, rows, lps = _draft_run(_SureDraft(), SimpleNamespace(ids=[1, 2]), 16, req)  # type: ignore[arg-type]
     assert toks == [5] * run and len(lps) == run
     assert all(abs(lp - math.log(0.9)) < 1e-5 for lp in lps if lp is not None)

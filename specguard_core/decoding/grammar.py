@@ -1,0 +1,130 @@
+"""Constrained decoding: a JSON schema's grammar as a token mask over the vocabulary (llguidance).
+
+A strict `response_format` (OpenAI's `{"type": "json_schema", "json_schema": {..., "strict":
+true}}`) constrains every token of the reply: the draft samples, the target's check judges and
+the target's fallback writes only tokens the schema's grammar allows, so the answer is JSON that
+matches the schema by construction (no fence, no prose, no cut-off but the token budget's).
+
+- `GrammarIndex`: one per engine, the tokenizer's index for llguidance (built on first use, about
+  3 s for a 150k vocabulary; `benchmarks/notes/2026-12-02-constrained-decoding-cost.md`).
+- `Grammar`: one per request, the schema's matcher. `allowed(seq)` is the mask after the reply's
+  tokens `seq` as a pure function of them: the matcher rolls back to the longest prefix it shares
+  with `seq` and consumes the rest, so every caller (k forked draft rows, the target's check over
+  a draft run, the fallback) asks about its own sequence and a rolled-back KV cache needs no
+  matching rollback here. Masks are cached per sequence (a check reuses the draft's).
+
+The mask is applied with the request's other logits shaping (`sampling.Shaping.penalise`), so the
+acceptance rules see the target's distribution renormalised over the allowed tokens: with
+`acceptance="exact"` the reply is the target's own constrained greedy text.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+_CACHED_MASKS = 512  # packed masks kept per request (V/32 int32 each: ~19 KB for 150k tokens)
+
+
+class GrammarIndex:
+    """The tokenizer's llguidance index, built once on first use (thread-safe)."""
+
+    def __init__(self, tokenizer: Any, eos_ids: Sequence[int], vocab_size: int) -> None:
+        self.tokenizer, self.eos_ids, self.vocab_size = tokenizer, sorted(set(eos_ids)), vocab_size
+        self._index: Any = None
+        self._lock = threading.Lock()
+
+    def index(self) -> Any:
+        with self._lock:
+            if self._index is None:
+                import llguidance.hf
+
+                self._index = llguidance.hf.from_tokenizer(
+                    self.tokenizer, n_vocab=self.vocab_size, eos_token=self.eos_ids)
+            return self._index
+
+    def for_schema(self, schema: dict[str, Any] | None, start: int) -> Grammar:
+        """A request's grammar for `schema` (None: any JSON object); its reply starts at token
+        position `start`. A schema llguidance cannot compile is a ValueError naming why."""
+        import llguidance
+
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            schema if schema is not None else {"type": "object"})
+        matcher = llguidance.LLMatcher(self.index(), grammar)
+        if matcher.is_error():
+            raise ValueError(f"the response_format schema cannot be enforced: "
+                             f"{matcher.get_error()}; simplify it or drop 'strict'")
+        return Grammar(matcher, start, self.vocab_size)
+
+
+class Grammar:
+    """One request's matcher: token masks for its reply's sequences (see the module's text)."""
+
+    def __init__(self, matcher: Any, start: int, vocab_size: int) -> None:
+        self.matcher, self.start, self.vocab_size = matcher, start, vocab_size
+        self._consumed: list[int] = []  # the reply tokens the matcher stands after
+        self._masks: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
+        self._bits = torch.tensor([1 << b for b in range(32)], dtype=torch.int64)  # [32]
+
+    def allowed(self, seq: Sequence[int]) -> torch.Tensor | None:
+        """`[V]` bool: the tokens the grammar allows after reply tokens `seq`; None when `seq`
+        itself breaks the grammar (no token then counts as allowed or not: a caller judging such
+        a sequence has refused it at its first breaking token already)."""
+        key = tuple(seq)
+        packed = self._masks.get(key)
+        if packed is None:
+            if not self._seek(key):
+                return None
+            import llguidance.torch as lt
+
+            packed = lt.allocate_token_bitmask(1, self.vocab_size)[0]  # [ceil(V / 32)] int32
+            lt.fill_next_token_bitmask(self.matcher, packed[None], 0)
+            self._masks[key] = packed
+            if len(self._masks) > _CACHED_MASKS:
+                self._masks.popitem(last=False)
+        else:
+            self._masks.move_to_end(key)
+        bits = (packed.to(torch.int64)[:, None] & self._bits) != 0  # [ceil(V / 32), 32]
+        return bits.reshape(-1)[: self.vocab_size]
+
+    def mask(self, logits: torch.Tensor, seqs: Sequence[Sequence[int]]) -> torch.Tensor:
+        """`logits: [N, V']` with row i after full sequence `seqs[i]` (prompt included) ->
+        `[N, V']`, tokens the grammar forbids at -inf (a copy; rows whose sequence breaks the
+        grammar unchanged). A model whose logits are wider than the vocabulary (padded lm_head)
+        gets its padding forbidden."""
+        out = logits.clone()
+        width = logits.shape[-1]
+        for i, seq in enumerate(seqs):
+            ok = self.allowed(seq[self.start:])
+            if ok is None:
+                continue
+            row = torch.zeros(width, dtype=torch.bool)
+            n = min(width, ok.shape[0])
+            row[:n] = ok[:n]
+            out[i] = out[i].masked_fill(~row.to(logits.device), float("-inf"))
+        return out
+
+    def _seek(self, key: tuple[int, ...]) -> bool:
+        """Move the matcher to stand after `key`; False (matcher where it was) when `key` breaks
+        the grammar."""
+        done = self._consumed
+        common = 0
+        for a, b in zip(done, key, strict=False):
+            if a != b:
+                break
+            common += 1
+        if common < len(done):
+            self.matcher.rollback(len(done) - common)
+            del done[common:]
+        rest = list(key[common:])
+        if not rest:
+            return True
+        if self.matcher.validate_tokens(rest) < len(rest):
+            return False
+        assert self.matcher.consume_tokens(rest), self.matcher.get_error()
+        done.extend(rest)
+        return True

@@ -1,0 +1,69 @@
+"""Strict structured output through the server: the `openai` SDK's `parse` (which sends
+`json_schema.strict: true`) and LangChain's `ChatOpenAI.with_structured_output(strict=True)`
+against a live server over tiny random models. Such a pair writes no JSON of its own, so a reply
+that parses into the schema is the constrained decoding's doing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import pytest
+from pydantic import BaseModel
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("fastapi")
+
+from specguard.serve.app import create_app  # noqa: E402
+from specguard_core import SpecGuardConfig, SpecGuardEngine  # noqa: E402
+from tests.specguard.serve.serve_helpers import live_server  # noqa: E402
+from tests.specguard_core.engine.sd_helpers import noisy_copy_pair  # noqa: E402
+
+MESSAGES = [{"role": "user", "content": "Describe your mood."}]
+
+
+class Mood(BaseModel):
+    ok: bool
+    mood: Literal["calm", "glad", "odd"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    pair = noisy_copy_pair(tmp_path_factory.mktemp("strict-serve"))
+    engine = SpecGuardEngine(*pair, config=SpecGuardConfig(
+        k=1, temperature=0.0, max_new_tokens=80, acceptance="exact", fallback="speculative"),
+        name="tiny")
+    with live_server(create_app(engine)) as url:
+        yield f"{url}/v1"
+
+
+def test_sdk_parse_gets_the_schemas_object(base: str) -> None:
+    client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=60)
+    out = client.chat.completions.parse(model="tiny", messages=MESSAGES, response_format=Mood)
+    assert isinstance(out.choices[0].message.parsed, Mood)
+    loose = client.chat.completions.create(  # the same request without strict: checked only
+        model="tiny", messages=MESSAGES, response_format={
+            "type": "json_schema", "json_schema": {"name": "Mood",
+                                                   "schema": Mood.model_json_schema()}})
+    with pytest.raises(ValueError):
+        json.loads(loose.choices[0].message.content or "")
+
+
+def test_langchain_strict_structured_output(base: str) -> None:
+    langchain_openai = pytest.importorskip("langchain_openai")
+    llm = langchain_openai.ChatOpenAI(base_url=base, api_key="none", model="tiny",
+                                      max_retries=0, timeout=60)
+    mood: Any = llm.with_structured_output(Mood, method="json_schema", strict=True).invoke(
+        MESSAGES[0]["content"])
+    assert isinstance(mood, Mood)
+
+
+def test_strict_with_tools_is_a_400_that_says_why(base: str) -> None:
+    client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=60)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with pytest.raises(openai.BadRequestError, match="no room for tool calls"):
+        client.chat.completions.create(model="tiny", messages=MESSAGES, tools=[tool],
+                                       response_format={"type": "json_schema", "json_schema": {
+                                           "name": "Mood", "schema": Mood.model_json_schema(),
+                                           "strict": True}})
