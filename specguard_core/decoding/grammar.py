@@ -68,45 +68,43 @@ class Grammar:
         self.matcher, self.start, self.vocab_size = matcher, start, vocab_size
         self._consumed: list[int] = []  # the reply tokens the matcher stands after
         self._masks: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
-        self._bits = torch.tensor([1 << b for b in range(32)], dtype=torch.int64)  # [32]
+        self._all = torch.full(((vocab_size + 31) // 32,), -1, dtype=torch.int32)  # every token
 
     def allowed(self, seq: Sequence[int]) -> torch.Tensor | None:
         """`[V]` bool: the tokens the grammar allows after reply tokens `seq`; None when `seq`
         itself breaks the grammar (no token then counts as allowed or not: a caller judging such
         a sequence has refused it at its first breaking token already)."""
-        key = tuple(seq)
-        packed = self._masks.get(key)
-        if packed is None:
-            if not self._seek(key):
-                return None
-            import llguidance.torch as lt
-
-            packed = lt.allocate_token_bitmask(1, self.vocab_size)[0]  # [ceil(V / 32)] int32
-            lt.fill_next_token_bitmask(self.matcher, packed[None], 0)
-            self._masks[key] = packed
-            if len(self._masks) > _CACHED_MASKS:
-                self._masks.popitem(last=False)
-        else:
-            self._masks.move_to_end(key)
-        bits = (packed.to(torch.int64)[:, None] & self._bits) != 0  # [ceil(V / 32), 32]
-        return bits.reshape(-1)[: self.vocab_size]
+        packed = self._packed(seq)
+        return None if packed is None else _unpack(packed[None], self.vocab_size)[0]
 
     def mask(self, logits: torch.Tensor, seqs: Sequence[Sequence[int]]) -> torch.Tensor:
         """`logits: [N, V']` with row i after full sequence `seqs[i]` (prompt included) ->
         `[N, V']`, tokens the grammar forbids at -inf (a copy; rows whose sequence breaks the
         grammar unchanged). A model whose logits are wider than the vocabulary (padded lm_head)
         gets its padding forbidden."""
-        out = logits.clone()
-        width = logits.shape[-1]
-        for i, seq in enumerate(seqs):
-            ok = self.allowed(seq[self.start:])
-            if ok is None:
-                continue
-            row = torch.zeros(width, dtype=torch.bool)
-            n = min(width, ok.shape[0])
-            row[:n] = ok[:n]
-            out[i] = out[i].masked_fill(~row.to(logits.device), float("-inf"))
-        return out
+        rows = [self._packed(seq[self.start:]) for seq in seqs]
+        packed = torch.stack([self._all if r is None else r for r in rows])  # [N, ceil(V / 32)]
+        ok = _unpack(packed, logits.shape[-1])  # [N, V']
+        return logits.masked_fill(~ok.to(logits.device), float("-inf"))
+
+    def _packed(self, seq: Sequence[int]) -> torch.Tensor | None:
+        """The packed mask (`[ceil(V / 32)]` int32) after reply tokens `seq`; None when `seq`
+        breaks the grammar."""
+        key = tuple(seq)
+        packed = self._masks.get(key)
+        if packed is not None:
+            self._masks.move_to_end(key)
+            return packed
+        if not self._seek(key):
+            return None
+        import llguidance.torch as lt
+
+        packed = lt.allocate_token_bitmask(1, self.vocab_size)
+        lt.fill_next_token_bitmask(self.matcher, packed, 0)
+        self._masks[key] = packed[0]
+        if len(self._masks) > _CACHED_MASKS:
+            self._masks.popitem(last=False)
+        return packed[0]
 
     def _seek(self, key: tuple[int, ...]) -> bool:
         """Move the matcher to stand after `key`; False (matcher where it was) when `key` breaks
@@ -128,3 +126,15 @@ class Grammar:
         assert self.matcher.consume_tokens(rest), self.matcher.get_error()
         done.extend(rest)
         return True
+
+
+_SHIFTS = torch.arange(32, dtype=torch.int32)  # [32]
+
+
+def _unpack(packed: torch.Tensor, width: int) -> torch.Tensor:
+    """`[N, W]` int32 bitmasks (bit b of word w: token 32 w + b) -> `[N, width]` bool (tokens past
+    32 W: False)."""
+    bits = ((packed[:, :, None] >> _SHIFTS) & 1).bool().reshape(packed.shape[0], -1)  # [N, 32 W]
+    if bits.shape[1] >= width:
+        return bits[:, :width]
+    return torch.nn.functional.pad(bits, (0, width - bits.shape[1]))
