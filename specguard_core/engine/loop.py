@@ -181,6 +181,8 @@ class SpecGuardEngine:
         `response_format` ("json", a JSON schema, or OpenAI's json_schema/json_object dict) makes
         answer steps structurally checked: a draft answer that is not (on course to) one matching
         JSON object is rejected and the target writes the step; bare JSON is then never a call.
+        A `json_schema` with `"strict": true` constrains every token to the schema's grammar
+        instead (`decoding/grammar.py`; no tools then).
         `timeout` (seconds, from this call, waiting for the engine included) stops the work within
         one forward pass and raises TimeoutError from the stream."""
         req = open_request(self, messages_or_prompt, tools=tools, tool_choice=tool_choice,
