@@ -95,21 +95,21 @@ class Shaping:
     def penalise_rows(self, logits: torch.Tensor, prefix: Sequence[int], ids: Sequence[int]
                       ) -> torch.Tensor:
         """A verification pass: `logits: [R, V]`, row i predicting the token after
-        `prefix + ids[:i]` -> `[R, V]`, each row penalised (and masked) for its own sequence."""
+        `prefix + ids[:i]` -> `[R, V]`, each row penalised, then masked, for its own sequence."""
+        if self.repetition_penalty != 1.0:
+            rows, vocab = logits.shape
+            tail = torch.full((rows - 1,), vocab, dtype=torch.long)
+            given = list(ids[: rows - 1])
+            tail[: len(given)] = torch.tensor(given, dtype=torch.long)
+            seen = torch.arange(rows - 1)[None, :] < torch.arange(rows)[:, None]  # [R, R-1]: j < i
+            history = torch.cat([torch.tensor([list(prefix)], dtype=torch.long).expand(rows, -1),
+                                 torch.where(seen, tail[None, :], vocab)], dim=1)  # [R, P+R-1]
+            process = RepetitionPenaltyLogitsProcessor(self.repetition_penalty)
+            logits = process(history.to(logits.device), logits)
         if self.grammar is not None:
             seqs = [list(prefix) + list(ids[:i]) for i in range(logits.shape[0])]
             logits = self.grammar.mask(logits, seqs)
-        if self.repetition_penalty == 1.0:
-            return logits
-        rows, vocab = logits.shape
-        tail = torch.full((rows - 1,), vocab, dtype=torch.long)
-        given = list(ids[: rows - 1])
-        tail[: len(given)] = torch.tensor(given, dtype=torch.long)
-        seen = torch.arange(rows - 1)[None, :] < torch.arange(rows)[:, None]  # [R, R-1]: j < i
-        history = torch.cat([torch.tensor([list(prefix)], dtype=torch.long).expand(rows, -1),
-                             torch.where(seen, tail[None, :], vocab)], dim=1)  # [R, P+R-1]
-        process = RepetitionPenaltyLogitsProcessor(self.repetition_penalty)
-        return process(history.to(logits.device), logits)
+        return logits
 
 
 NO_SHAPING = Shaping()
