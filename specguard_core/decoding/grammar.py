@@ -54,10 +54,23 @@ class GrammarIndex:
 
         grammar = llguidance.LLMatcher.grammar_from_json_schema(
             schema if schema is not None else {"type": "object"})
+        return self._matching(grammar, start, "the response_format schema")
+
+    def for_lark(self, lark: str, start: int, what: str) -> Grammar:
+        """A request's grammar for the Lark grammar `lark` (llguidance's dialect, `%json`
+        included) over the reply from token `start`; ValueError naming `what` when it cannot be
+        compiled."""
+        import llguidance
+
+        return self._matching(llguidance.grammar_from("lark", lark), start, what)
+
+    def _matching(self, grammar: str, start: int, what: str) -> Grammar:
+        import llguidance
+
         matcher = llguidance.LLMatcher(self.index(), grammar)
         if matcher.is_error():
-            raise ValueError(f"the response_format schema cannot be enforced: "
-                             f"{matcher.get_error()}; simplify it or drop 'strict'")
+            raise ValueError(f"{what} cannot be enforced: {matcher.get_error()}; simplify it "
+                             "or drop 'strict'")
         return Grammar(matcher, start, self.vocab_size)
 
 

@@ -58,9 +58,8 @@ class GrowingCheck:
         can pass tokens at this temperature (sampling, `exact` leaves every token to the
         fallback's speculative sampling); else None."""
         cfg = req.cfg
-        forced = req.required is not None and not req.in_think
         if (cfg.check_tokens == 0 or cfg.k != 1 or cfg.route != "check"
-                or cfg.fallback != "speculative" or cfg.scoring_model != "draft" or forced
+                or cfg.fallback != "speculative" or cfg.scoring_model != "draft" or req.forced
                 or not same_vocab or not isinstance(target, ModelHandle | RemoteTarget)
                 or (cfg.temperature > 0 and rule == "exact")):
             return None

@@ -75,7 +75,8 @@ def regenerate(draft: ModelHandle, target: Target, req: Request, proposal: Propo
     proposal.discard()
     target.catch_up(req.target)
     prior, prior_ids = "", []
-    if req.required and not req.in_think:  # enforce the tool choice: start the call for it
+    if req.forced:  # enforce the tool choice: start the call for it
+        assert req.required is not None
         prior = forced_call_prefix(req.required)
         prior_ids = target.encode(prior)
         target.extend(req.target, prior_ids)

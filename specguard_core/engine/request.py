@@ -93,7 +93,7 @@ class Request:
     tokenizer: Any = None
     response_template: dict[str, Any] | None = None  # parses tool calls (`text.tool_calls`)
     response_format: ResponseFormat | None = None  # the answer must be JSON (matching a schema)
-    grammar: Grammar | None = None  # a strict format's token mask (`decoding/grammar.py`)
+    grammar: Grammar | None = None  # a strict format's or the tool calls' token mask
     stats: RunStats = field(default_factory=RunStats)
     steps: list[StepRecord] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
@@ -118,6 +118,12 @@ class Request:
         """How this request's logits are shaped before any token is chosen or judged: the
         config's top-k, min-p and repetition penalty, and the strict format's grammar."""
         return Shaping.of(self.cfg, self.grammar)
+
+    @property
+    def forced(self) -> bool:
+        """A tool call is owed and no grammar writes it: the target starts the call with its
+        prefix (`text.tool_calls.forced_call_prefix`) and writes the step itself."""
+        return self.required is not None and not self.in_think and self.grammar is None
 
     def check(self) -> None:
         """Stop work at once if the request was cancelled (`Cancelled`) or ran past its deadline
@@ -217,15 +223,19 @@ class Request:
         if step.eos:
             self.finish = "stop"
         elif self.steps[-1].kind == "tool_call" and not call_closed(step.text, self.rules):
-            self.finish = "stop"  # a call without its closer: what follows would be made-up results
+            # a call without its closer: what follows would be made-up results
+            self.finish = "length" if self._spent() else "stop"
         elif any(stop in raw for stop in self.cfg.stop):
             self.finish = "stop"
-        elif self.n_new >= self.cfg.max_new_tokens or self.out_of_room():
+        elif self._spent():
             self.finish = "length"
         elif len(self.steps) >= self.cfg.max_steps:
             self.finish = "max_steps"
         if self.finish == "stop" and self.tool_calls:
             self.finish = "tool_calls"
+
+    def _spent(self) -> bool:
+        return self.n_new >= self.cfg.max_new_tokens or self.out_of_room()
 
     def raw_text(self) -> str:
         return "".join(s.text for s in self.steps)

@@ -43,6 +43,9 @@ def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
         if any(t["function"]["name"] == name for t in checked):
             raise InputError(f"two tools are named {quoted(name)}; tool names must be unique")
         check_unicode(tool, f"tool {quoted(name)}")
+        if fn.get("strict") is not None and not isinstance(fn["strict"], bool):
+            raise InputError(f"tool {quoted(name)} has strict={quoted(fn['strict'])}; strict must "
+                             "be true (arguments constrained to the schema) or false")
         params = fn.get("parameters")
         if params is None:  # omitted or null: no parameters, as OpenAI reads it
             params = {"type": "object", "properties": {}}

@@ -19,6 +19,7 @@ from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import Target
 from specguard_core.config import SpecGuardConfig
 from specguard_core.decoding.grammar import Grammar
+from specguard_core.decoding.tool_grammar import call_format, calls_lark, strict_tools
 from specguard_core.engine.request import Request
 from specguard_core.engine.run.step import Pair
 from specguard_core.remote.target import check_served_target
@@ -70,6 +71,8 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
     req.draft.pending, req.target.pending = prompts
     if fmt is not None and fmt.strict:
         req.grammar = _grammar(pair, fmt, checked, len(prompts[1]))
+    elif checked:
+        req.grammar = _call_grammar(pair, req.rules, checked, required, len(prompts[1]))
     return req
 
 
@@ -88,6 +91,34 @@ def _grammar(pair: Pair, fmt: ResponseFormat, tools: list[dict[str, Any]], start
         return pair.grammars.for_schema(fmt.schema, start)
     except ValueError as err:
         raise InputError(str(err)) from None
+
+
+def _call_grammar(pair: Pair, rules: StepRules, tools: list[dict[str, Any]],
+                  required: str | None, start: int) -> Grammar | None:
+    """The grammar of the reply's tool calls (`decoding.tool_grammar`): a call owed under
+    `required`, or strict tools' arguments; None when neither applies, or when a forced call
+    cannot be constrained (a served target, a heterogeneous pair, a template without call
+    markers, a schema llguidance cannot compile: the call is then started by its prefix and
+    checked). Strict tools that cannot be honoured are an InputError."""
+    strict = strict_tools(tools)
+    if required is None and not strict:
+        return None
+    fmt = (call_format(pair.target.tokenizer, rules.tool_open, rules.tool_close)
+           if pair.judge.same_vocab and isinstance(pair.target, ModelHandle) else None)
+    lark = calls_lark(tools, required, fmt) if fmt is not None else None
+    if lark is None:
+        if strict:
+            raise InputError("strict function tools need an in-process target sharing the "
+                             "draft's vocabulary and a chat template with <tool_call> markers; "
+                             "drop 'strict' from the tools (their calls are then checked, not "
+                             "constrained)")
+        return None
+    try:
+        return pair.grammars.for_lark(lark, start, "the tools' parameter schemas")
+    except ValueError as err:
+        if strict:
+            raise InputError(str(err)) from None
+        return None
 
 
 def _prompt(handle: Target, messages: list[Message], tools: list[dict[str, Any]],

@@ -173,8 +173,7 @@ def _fall_back(pair: Pair, req: Request, drafted: Drafted, selector: Selector,
     """Speculative fallback when configured and possible (same vocabulary, no forced tool-call
     prefix), keeping at least the `passed` tokens the target's check accepted; else the target
     regenerates the step."""
-    forced = req.required is not None and not req.in_think
-    if req.cfg.fallback == "speculative" and pair.judge.same_vocab and not forced:
+    if req.cfg.fallback == "speculative" and pair.judge.same_vocab and not req.forced:
         tpass = tpass or pair.judge.target_pass(req, drafted.step)
         return speculate(pair.draft, pair.target, req, drafted.proposal, drafted.pick, tpass,
                          passed)

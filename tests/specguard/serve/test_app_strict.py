@@ -67,3 +67,28 @@ def test_strict_with_tools_is_a_400_that_says_why(base: str) -> None:
                                        response_format={"type": "json_schema", "json_schema": {
                                            "name": "Mood", "schema": Mood.model_json_schema(),
                                            "strict": True}})
+
+
+class Weather(BaseModel):
+    city: Literal["Paris", "Oslo"]
+    unit: Literal["C", "F"]
+
+
+def test_sdk_parse_gets_a_strict_tools_arguments(base: str) -> None:
+    client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=60)
+    out = client.chat.completions.parse(
+        model="tiny", messages=MESSAGES, tools=[openai.pydantic_function_tool(Weather)],
+        tool_choice={"type": "function", "function": {"name": "Weather"}})
+    [call] = out.choices[0].message.tool_calls or []
+    assert isinstance(call.function.parsed_arguments, Weather)  # type: ignore[union-attr]
+    assert out.choices[0].finish_reason == "tool_calls"
+
+
+def test_required_tool_choice_gets_valid_calls(base: str) -> None:
+    client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=60)
+    closed = {**Weather.model_json_schema(), "additionalProperties": False}
+    tool = {"type": "function", "function": {"name": "Weather", "parameters": closed}}
+    out = client.chat.completions.create(model="tiny", messages=MESSAGES, tools=[tool],
+                                         tool_choice="required", parallel_tool_calls=False)
+    [call] = out.choices[0].message.tool_calls or []
+    assert isinstance(Weather.model_validate_json(call.function.arguments), Weather)  # type: ignore[union-attr]

@@ -37,3 +37,20 @@ def test_strict_structured_output_parses(tmp_path: Any) -> None:
     assert isinstance(mood, Mood)
     with pytest.raises(OutputParserException):  # the same call, checked only: the tiny pair writes no JSON
         model.with_structured_output(Mood, method="json_schema").invoke("Describe your mood.")
+
+
+class Weather(BaseModel):
+    """The weather in a city."""
+
+    city: Literal["Paris", "Oslo"]
+    unit: Literal["C", "F"]
+
+
+def test_function_calling_structured_output_parses(tmp_path: Any) -> None:
+    engine = SpecGuardEngine(*noisy_copy_pair(tmp_path), config=SpecGuardConfig(
+        k=1, temperature=0.0, max_new_tokens=80, acceptance="exact", fallback="speculative"))
+    model = ChatSpecGuard(engine=engine)  # the named tool choice is constrained, strict or not
+    for strict in (None, True):
+        weather = model.with_structured_output(Weather, method="function_calling",
+                                               strict=strict).invoke("Weather in Paris?")
+        assert isinstance(weather, Weather)
