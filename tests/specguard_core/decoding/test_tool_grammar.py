@@ -60,10 +60,12 @@ class _Constrained(LogitsProcessor):
         return self.grammar.mask(scores, [input_ids[0].tolist()])
 
 
-def constrained_greedy(model: Any, engine: SpecGuardEngine, required: str, n: int) -> list[int]:
+def constrained_greedy(model: Any, engine: SpecGuardEngine, required: str, n: int,
+                       question: str = QUESTION, tools: list[dict[str, Any]] = TOOLS
+                       ) -> list[int]:
     """`model`'s greedy reply under the calls' grammar (transformers' `generate`)."""
-    prompt = engine.prompt_ids(QUESTION, tools=TOOLS)
-    processor = _Constrained(engine, lark(engine, TOOLS, required), len(prompt))
+    prompt = engine.prompt_ids(question, tools=tools)
+    processor = _Constrained(engine, lark(engine, tools, required), len(prompt))
     out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=n,
                          do_sample=False, logits_processor=LogitsProcessorList([processor]))
     return list(out[0, len(prompt):].tolist())
