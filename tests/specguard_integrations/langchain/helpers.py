@@ -84,7 +84,9 @@ def _call(tools: list[dict[str, Any]], user: str, sloppy: bool) -> str:
     tool = next((t for t in tools if t["name"] in user), tools[0])
     params = tool.get("parameters", {})
     args = {} if sloppy and params.get("required") else _object(params, user)
-    payload = json.dumps({"name": tool["name"], "arguments": args})
+    # characters as they are, not \u escapes: as chat templates render calls (`tojson`), and all a
+    # constrained call's grammar allows
+    payload = json.dumps({"name": tool["name"], "arguments": args}, ensure_ascii=False)
     return f"<tool_call>\n{payload}\n</tool_call>"
 
 
