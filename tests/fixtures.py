@@ -117,15 +117,16 @@ needs_real = [pytest.mark.real, pytest.mark.skipif(not HAVE_REAL, reason=REAL_RE
 
 
 @functools.cache
-def real_engine() -> Any:
-    """The default pair, loaded once per session (bf16 on CPU); skips when not opted in."""
+def real_engine(dtype: str = "bfloat16", preset: str | None = None) -> Any:
+    """The default pair on CPU in `dtype` (under `preset`, else the default config), loaded once
+    per session and arguments; skips when not opted in."""
     from specguard_core import SpecGuardEngine
 
     dirs = real_pair_dirs() if HAVE_REAL else None
     if dirs is None:
         pytest.skip(f"{REAL_REASON} (looked in {cache_dir()})")
-    return SpecGuardEngine.from_pretrained(str(dirs[0]), str(dirs[1]), dtype="bfloat16",
-                                           device="cpu", progress=False)
+    return SpecGuardEngine.from_pretrained(str(dirs[0]), str(dirs[1]), dtype=dtype,
+                                           device="cpu", progress=False, preset=preset)
 
 
 def record_stream_configs(engine: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:

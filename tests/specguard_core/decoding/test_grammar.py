@@ -18,7 +18,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
-from specguard_core.decoding.grammar import GrammarIndex
+from specguard_core.decoding.grammar import Grammar
 from specguard_core.text.errors import InputError
 from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
 
@@ -37,26 +37,30 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> SpecGuardEngine:
     return SpecGuardEngine(*pair, config=SpecGuardConfig(**EXACT))
 
 
-class _Constrained(LogitsProcessor):
-    """The grammar as a transformers logits processor (the reference: one matcher, token by
+class GrammarProcessor(LogitsProcessor):
+    """A grammar as a transformers logits processor (the reference: one matcher, token by
     token, no rollback)."""
 
-    def __init__(self, index: GrammarIndex, prompt_len: int, schema: dict[str, Any] = PERSON
-                 ) -> None:
-        self.grammar = index.for_schema(schema, prompt_len)
+    def __init__(self, grammar: Grammar) -> None:
+        self.grammar = grammar
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         return self.grammar.mask(scores, [input_ids[0].tolist()])
 
 
+def greedy_under(model: Any, prompt: list[int], grammar: Grammar, n: int) -> list[int]:
+    """`model`'s greedy reply to `prompt` under `grammar` (transformers' `generate`)."""
+    out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=n,
+                         do_sample=False,
+                         logits_processor=LogitsProcessorList([GrammarProcessor(grammar)]))
+    return list(out[0, len(prompt):].tolist())
+
+
 def constrained_greedy(model: Any, engine: SpecGuardEngine, n: int, question: str = QUESTION,
                        schema: dict[str, Any] = PERSON) -> list[int]:
-    """`model`'s own greedy reply under the schema's grammar (transformers' `generate`)."""
+    """`model`'s own greedy reply under the schema's grammar."""
     prompt = engine.prompt_ids(question)
-    processor = _Constrained(engine.grammars, len(prompt), schema)
-    out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=n,
-                         do_sample=False, logits_processor=LogitsProcessorList([processor]))
-    return list(out[0, len(prompt):].tolist())
+    return greedy_under(model, prompt, engine.grammars.for_schema(schema, len(prompt)), n)
 
 
 @pytest.mark.parametrize(("overrides", "writer"), [

@@ -8,8 +8,7 @@ import json
 
 import jsonschema
 
-from specguard_core import SpecGuardEngine
-from tests.fixtures import needs_real, real_pair_dirs
+from tests.fixtures import needs_real, real_engine
 from tests.specguard_core.decoding.test_grammar import constrained_greedy
 
 pytestmark = needs_real
@@ -20,10 +19,7 @@ QUESTION = "Who was Ada Lovelace? Answer with her name, birth year and field."
 
 
 def test_balanced_strict_reply_is_the_targets_constrained_greedy_reply() -> None:
-    dirs = real_pair_dirs()
-    assert dirs is not None
-    engine = SpecGuardEngine.from_pretrained(str(dirs[0]), str(dirs[1]), dtype="float32",
-                                             device="cpu", progress=False, preset="balanced")
+    engine = real_engine("float32", "balanced")
     fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON,
                                                   "strict": True}}
     result = engine.generate(QUESTION, response_format=fmt, max_new_tokens=64)

@@ -12,14 +12,13 @@ from typing import Any
 
 import jsonschema
 import pytest
-import torch
-from transformers import LogitsProcessor, LogitsProcessorList
 
 from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
 from specguard_core.decoding.tool_grammar import call_format, calls_lark
 from specguard_core.testing import build_tokenizer
 from specguard_core.text.chat import check_tools
 from specguard_core.text.errors import InputError
+from tests.specguard_core.decoding.test_grammar import greedy_under
 from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
 
 WEATHER = {"type": "function", "function": {"name": "weather", "parameters": {
@@ -52,23 +51,13 @@ def lark(engine: SpecGuardEngine, tools: list[dict[str, Any]], required: str | N
     return text
 
 
-class _Constrained(LogitsProcessor):
-    def __init__(self, engine: SpecGuardEngine, grammar: str, start: int) -> None:
-        self.grammar = engine.grammars.for_lark(grammar, start, "test")
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        return self.grammar.mask(scores, [input_ids[0].tolist()])
-
-
 def constrained_greedy(model: Any, engine: SpecGuardEngine, required: str, n: int,
                        question: str = QUESTION, tools: list[dict[str, Any]] = TOOLS
                        ) -> list[int]:
-    """`model`'s greedy reply under the calls' grammar (transformers' `generate`)."""
+    """`model`'s greedy reply under the calls' grammar."""
     prompt = engine.prompt_ids(question, tools=tools)
-    processor = _Constrained(engine, lark(engine, tools, required), len(prompt))
-    out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=n,
-                         do_sample=False, logits_processor=LogitsProcessorList([processor]))
-    return list(out[0, len(prompt):].tolist())
+    grammar = engine.grammars.for_lark(lark(engine, tools, required), len(prompt), "test")
+    return greedy_under(model, prompt, grammar, n)
 
 
 @pytest.mark.parametrize("required", ["weather", "required"])

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import jsonschema
 
-from specguard_core import SpecGuardEngine
-from tests.fixtures import needs_real, real_pair_dirs
+from tests.fixtures import needs_real, real_engine
 from tests.specguard_core.decoding.test_tool_grammar import constrained_greedy
 
 pytestmark = needs_real
@@ -22,10 +21,7 @@ QUESTION = "How many dollars is 250 euros?"
 
 
 def test_balanced_named_call_is_the_targets_constrained_greedy_call() -> None:
-    dirs = real_pair_dirs()
-    assert dirs is not None
-    engine = SpecGuardEngine.from_pretrained(str(dirs[0]), str(dirs[1]), dtype="float32",
-                                             device="cpu", progress=False, preset="balanced")
+    engine = real_engine("float32", "balanced")
     result = engine.generate(QUESTION, tools=[CONVERT], tool_choice="convert", max_new_tokens=64)
     assert result.finish_reason == "tool_calls", result.steps
     [call] = result.tool_calls
