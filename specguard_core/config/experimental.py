@@ -38,7 +38,7 @@ class ExperimentalConfig(BaseModel):
                                "after a draft token the draft itself gave less than this probability")
     check_run_below: float = Field(0.0, ge=0.0, le=1.0, description="with check_tokens: also check "
                                    "once the product of the draft's probabilities of the tokens "
-                                   "written since the last check falls below this")
+                                   "written since the last check falls below this (`balanced`: 0.5)")
     fallback_acceptance: Literal["exact", "typical"] = Field(
         "exact", description="speculative fallback, greedy: keep the drafted tokens equal to the "
         "target's argmax (exact: the target's greedy text), or also those that pass the target "
