@@ -117,6 +117,8 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         kwargs: dict[str, Any] = {"tools": req.tools, "tool_choice": req.tool_choice or "auto"}
         if req.chat_template_kwargs:
             kwargs["chat_template_kwargs"] = req.chat_template_kwargs
+        if req.parallel_tool_calls is False:  # the reply ends with its first call
+            kwargs["parallel_tool_calls"] = False
         # the model is told the format; the engine checks it (an invalid draft answer goes to the
         # target) or, with json_schema's `strict: true`, constrains every token to the schema
         if req.response_format and (instruction := formats.format_instruction(

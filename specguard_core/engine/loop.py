@@ -160,12 +160,14 @@ class SpecGuardEngine:
                  response_format: Any = None, config: SpecGuardConfig | None = None,
                  timeout: float | None = None,
                  chat_template_kwargs: Mapping[str, Any] | None = None,
+                 parallel_tool_calls: bool = True,
                  **overrides: Any) -> GenerationResult:
         """Run to completion with `config` (default: the engine's), then any keyword overrides of
-        its fields (k=4, tau=0.6, ...). See `stream` for `timeout`."""
+        its fields (k=4, tau=0.6, ...). See `stream` for `timeout` and `parallel_tool_calls`."""
         stream = self.stream(messages_or_prompt, tools=tools, tool_choice=tool_choice,
                              response_format=response_format, config=config, timeout=timeout,
-                             chat_template_kwargs=chat_template_kwargs, **overrides)
+                             chat_template_kwargs=chat_template_kwargs,
+                             parallel_tool_calls=parallel_tool_calls, **overrides)
         for _ in stream:
             pass
         return stream.result
@@ -175,6 +177,7 @@ class SpecGuardEngine:
                response_format: Any = None, config: SpecGuardConfig | None = None,
                timeout: float | None = None,
                chat_template_kwargs: Mapping[str, Any] | None = None,
+               parallel_tool_calls: bool = True,
                **overrides: Any) -> GenerationStream:
         """Yield each `StepRecord` as soon as it is committed. Input is validated here, eagerly;
         the request runs with `config` (default: the engine's) and keyword overrides of its fields.
@@ -184,11 +187,12 @@ class SpecGuardEngine:
         A `json_schema` with `"strict": true` constrains every token to the schema's grammar
         instead (`decoding/grammar.py`; no tools then).
         `timeout` (seconds, from this call, waiting for the engine included) stops the work within
-        one forward pass and raises TimeoutError from the stream."""
+        one forward pass and raises TimeoutError from the stream. `parallel_tool_calls=False`
+        ends the reply with its first tool call (OpenAI's and vLLM's field of that name)."""
         req = open_request(self, messages_or_prompt, tools=tools, tool_choice=tool_choice,
                            response_format=response_format, config=config or self.config,
                            timeout=timeout, chat_template_kwargs=chat_template_kwargs,
-                           overrides=overrides)
+                           parallel_tool_calls=parallel_tool_calls, overrides=overrides)
         holder: dict[str, GenerationResult] = {}
         return GenerationStream(self._session(req, holder), holder, req.cancel)
 

@@ -94,6 +94,7 @@ class Request:
     response_template: dict[str, Any] | None = None  # parses tool calls (`text.tool_calls`)
     response_format: ResponseFormat | None = None  # the answer must be JSON (matching a schema)
     grammar: Grammar | None = None  # a strict format's or the tool calls' token mask
+    parallel_tool_calls: bool = True  # False: the reply ends with its first tool call
     stats: RunStats = field(default_factory=RunStats)
     steps: list[StepRecord] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
@@ -225,6 +226,8 @@ class Request:
         elif self.steps[-1].kind == "tool_call" and not call_closed(step.text, self.rules):
             # a call without its closer: what follows would be made-up results
             self.finish = "length" if self._spent() else "stop"
+        elif self.steps[-1].kind == "tool_call" and not self.parallel_tool_calls:
+            self.finish = "stop"
         elif any(stop in raw for stop in self.cfg.stop):
             self.finish = "stop"
         elif self._spent():

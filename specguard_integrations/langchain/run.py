@@ -137,7 +137,8 @@ class Calls(EngineOwner):
             cfg = self._config(engine, call, stop)
             stream = engine.stream(converted, tools=tools, tool_choice=choice,
                                    response_format=response_format, config=cfg,
-                                   timeout=self.timeout, **rendering)
+                                   timeout=self.timeout, parallel_tool_calls=parallel is not False,
+                                   **rendering)
             return stream, cfg.stop
 
         decode = (lambda step, token: self.engine.token_text(step, token)) if logprobs else None

@@ -97,11 +97,13 @@ class ChatCalls(EngineOwner):
         tools = options.pop("tools", None)
         tool_choice = options.pop("tool_choice", "auto")
         response_format = options.pop("response_format", None)
+        parallel = options.pop("parallel_tool_calls", True)
         template = {**check_template_kwargs(self.chat_template_kwargs),
                     **check_template_kwargs(options.pop("chat_template_kwargs", None))}
         self._config(self._engine, options)  # bad options fail here, before any loading
         return {"messages_or_prompt": to_engine_messages(messages), "tools": tools,
                 "tool_choice": tool_choice, "response_format": response_format,
+                "parallel_tool_calls": parallel,
                 "rendering": {"chat_template_kwargs": template} if template else {},
                 "options": options, "logprobs": logprobs}
 

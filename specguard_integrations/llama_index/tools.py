@@ -34,7 +34,8 @@ class ToolCalls:
         tool_choice: str | dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
-        """`chat` arguments: messages, OpenAI tool dicts and the engine's tool choice."""
+        """`chat` arguments: messages, OpenAI tool dicts, the engine's tool choice, and whether
+        the reply may hold more than one call (else it ends with its first)."""
         messages = list(chat_history or [])
         if isinstance(user_msg, str):
             user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)
@@ -44,7 +45,7 @@ class ToolCalls:
         if tool_choice is None:
             tool_choice = "required" if tool_required else "auto"
         return {"messages": messages, "tools": specs or None, "tool_choice": tool_choice,
-                **kwargs}
+                "parallel_tool_calls": allow_parallel_tool_calls, **kwargs}
 
     def _validate_chat_with_tools_response(
         self,

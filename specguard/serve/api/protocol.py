@@ -150,7 +150,7 @@ class ChatCompletionRequest(_Sampling):
     tools: list[dict[str, Any]] | None = None
     # any JSON: `checks.tool_choice_problems` takes OpenAI's forms only, with one message
     tool_choice: Any = None
-    parallel_tool_calls: bool | None = None  # false: only the first verified call comes back
+    parallel_tool_calls: bool | None = None  # false: the reply ends with its first call
     continue_final_message: bool | None = None  # vLLM's; false (a new assistant turn) only
     response_format: dict[str, Any] | None = None
     # vLLM's: extra chat-template variables (e.g. Qwen3's {"enable_thinking": false})

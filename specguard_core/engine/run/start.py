@@ -39,12 +39,14 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
                  tools: Sequence[dict[str, Any]] | None, tool_choice: ToolChoice,
                  response_format: Any, config: SpecGuardConfig, timeout: float | None,
                  chat_template_kwargs: Mapping[str, Any] | None,
-                 overrides: Mapping[str, Any]) -> Request:
+                 overrides: Mapping[str, Any], parallel_tool_calls: bool = True) -> Request:
     """The request for `messages_or_prompt` under `config` with `overrides` of its fields (see
     `SpecGuardEngine.stream` for the rest): both models' prompts pending in its fresh caches, its
     deadline `timeout` seconds from now."""
     if timeout is not None and not timeout > 0:
         raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if not isinstance(parallel_tool_calls, bool):
+        raise InputError(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}")
     cfg = config.merged(**overrides)
     if not isinstance(pair.target, ModelHandle):
         check_served_target(cfg)
@@ -65,7 +67,7 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
         generator=torch.Generator(pair.draft.device).manual_seed(cfg.seed),
         prompt_tokens=len(prompts[1]), context_window=pair.context_window,
         tokenizer=pair.target.tokenizer, response_format=fmt, timeout=timeout,
-        response_template=pair.response_template,
+        response_template=pair.response_template, parallel_tool_calls=parallel_tool_calls,
         deadline=None if timeout is None else time.monotonic() + timeout,
     )
     req.draft.pending, req.target.pending = prompts

@@ -116,3 +116,27 @@ def test_a_call_without_its_closer_ends_the_turn_before_the_prose() -> None:
     assert [c.arguments for c in result.tool_calls] == [{"city": "Paris"}]
     assert result.finish_reason == "tool_calls"
     assert "sunny" not in "".join(s.text for s in result.steps)
+
+
+TWO_CALLS = GOOD_CALL + "\n" + GOOD_CALL.replace("Paris", "Rome")
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
+def test_no_parallel_calls_ends_the_reply_with_its_first_call(tool_choice: str) -> None:
+    engine = scripted_engine(lambda p: TWO_CALLS)
+    both = engine.generate("Weather in Paris and Rome?", tools=[WEATHER], tool_choice=tool_choice)
+    assert [c.arguments["city"] for c in both.tool_calls] == ["Paris", "Rome"]
+    one = engine.generate("Weather in Paris and Rome?", tools=[WEATHER], tool_choice=tool_choice,
+                          parallel_tool_calls=False)
+    assert [c.arguments["city"] for c in one.tool_calls] == ["Paris"]
+    assert one.finish_reason == "tool_calls"
+    assert [s.kind for s in one.steps] == ["tool_call"]  # the second call was never written
+    assert one.usage.completion_tokens < both.usage.completion_tokens
+
+
+def test_parallel_tool_calls_must_be_a_bool() -> None:
+    from specguard_core.text.errors import InputError
+
+    engine = scripted_engine(lambda p: GOOD_CALL)
+    with pytest.raises(InputError, match="parallel_tool_calls must be true or false"):
+        engine.generate("Weather?", tools=[WEATHER], parallel_tool_calls="no")  # type: ignore[arg-type]

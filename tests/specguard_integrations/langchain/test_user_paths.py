@@ -298,6 +298,8 @@ def test_parallel_tool_calls_false_keeps_one_call() -> None:
     bound = model.bind_tools([lookup_age], parallel_tool_calls=False)
     one = bound.invoke("Ages of Bob and Ann?")
     assert [c["args"]["person"] for c in one.tool_calls] == ["Bob"]
+    assert one.usage_metadata and both.usage_metadata  # the second call was never written
+    assert one.usage_metadata["output_tokens"] < both.usage_metadata["output_tokens"]
     streamed = [c for chunk in bound.stream("Ages of Bob and Ann?")
                 for c in chunk.tool_call_chunks]  # type: ignore[attr-defined]
     assert [json.loads(c["args"])["person"] for c in streamed] == ["Bob"]

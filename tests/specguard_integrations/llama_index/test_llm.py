@@ -389,6 +389,20 @@ def test_tool_required_forces_a_call() -> None:
     assert (forced.raw or {})["finish_reason"] == "tool_calls"
 
 
+def test_chat_with_tools_without_parallel_calls_ends_with_the_first_call() -> None:
+    two = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+           '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>')
+    llm = SpecGuardLLM(engine=make_engine(lambda p: two, lambda p: two))
+    outs = {allow: llm.chat_with_tools([WEATHER], user_msg="Paris and Rome?",
+                                       allow_parallel_tool_calls=allow) for allow in (True, False)}
+    cities = {allow: [c.tool_kwargs["city"] for c in llm.get_tool_calls_from_response(out)]
+              for allow, out in outs.items()}
+    assert cities == {True: ["Paris", "Rome"], False: ["Paris"]}
+    steps = {allow: [s["kind"] for s in out.additional_kwargs["specguard"]["steps"]]
+             for allow, out in outs.items()}
+    assert steps[False] == ["tool_call"] and steps[True].count("tool_call") == 2
+
+
 def test_validate_keeps_one_call_unless_parallel(llm: SpecGuardLLM) -> None:
     def response() -> ChatResponse:
         blocks = [TextBlock(text="two calls"),
