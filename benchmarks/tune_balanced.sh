@@ -22,6 +22,18 @@ run() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --ou
 #    rename s10) to rerun; `base` sets sd_run_confidence=0, the preset as it was. (The steps below are
 #    the earlier record; their folders no longer resume with the current presets).
 s10() { local name=$1; shift; .venv/bin/specguard bench "${common[@]}" "$@" --out "benchmarks/results/tune-balanced/s10-$name"; }
+# 11. the check's lossy rules against the lossless preset on this slice, float32, 800 new tokens
+#     (the fresh slices' settings), the target beside them for the drift: typical, and vouched
+#     (typical only for steps the learned card scores >= 0.87). One torch thread pinned to CPU
+#     $BENCH_CPU (default 1). Folder: tune-balanced/s11-rules-float32.
+if [ "${STEP:-}" = 11 ]; then
+  pin=(); [ -n "${BENCH_CPU-1}" ] && pin=(taskset -c "${BENCH_CPU-1}")
+  "${pin[@]}" .venv/bin/specguard bench --dataset gsm8k --n "$N" --offset 920 --max-new-tokens 800 \
+    --methods target,specguard-balanced,specguard-balanced-vouched,specguard-balanced-typical \
+    --device cpu --dtype float32 --threads 1 --no-progress \
+    --out benchmarks/results/tune-balanced/s11-rules-float32
+  exit 0
+fi
 if [ "${STEP:-}" = 9 ]; then
   case "${PART:-all}" in
     # the preset as in run 3 (before sd_run_confidence was in it)

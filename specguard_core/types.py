@@ -61,8 +61,9 @@ class StepRecord:
     draft for its kept tokens, the target for its own), raw as vLLM reports by default: the
     model's temperature-1 distribution before the repetition penalty, top-k, top-p and min-p; None
     for a token no model chose (a forced tool-call prefix). Not part of `trace()`. `acceptance`
-    names the rule the target's check judged the draft step by (`typical`, `exact`,
-    `exact-numbers`; None when no check judged it: kept on its score, or regenerated).
+    names the token rule the target's check judged the draft step by (`typical`, `exact`,
+    `exact-numbers`; under `acceptance="vouched"`, the one the step's score chose; None when no
+    check judged it: kept on its score, or regenerated).
     """
 
     index: int

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # torch and transformers load only when a method runs (`specg
 METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-paper", "specguard-paper-sd",
                              "specguard-balanced", "specguard-fast", "specguard-balanced-typical",
                              "specguard-balanced-numbers", "specguard-balanced-strict",
-                             "specguard-balanced-runs")
+                             "specguard-balanced-runs", "specguard-balanced-vouched")
 # method variants: a preset with fixed changes (applied before the user's overrides)
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "paper-sd": ("paper", {"fallback": "speculative"}),
@@ -45,6 +45,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # draft's probabilities of the unchecked tokens falls below 0.5 (the preset's own value since
     # it was adopted; kept so the runs that compared the two still resume)
     "balanced-runs": ("balanced", {"experimental": {"check_run_below": 0.5}}),
+    # typical only for steps the learned card vouches for (P(correct) >= 0.87, its 95%-precision
+    # threshold, as in `fast`), exact for the rest
+    "balanced-vouched": ("balanced", {"acceptance": "vouched", "tau": 0.87, "route": "check"}),
 }
 # the method of a served target: not in METHODS (it needs --target-url) nor in VARIANTS (which is
 # part of every run's fingerprint, so runs stored before it existed still resume)

@@ -18,10 +18,10 @@ from specguard_core.config.engine_config import EngineConfig
 from specguard_core.config.experimental import EXPERIMENTAL, ExperimentalConfig, move_experimental
 from specguard_core.config.overrides import override_names, parse_sets, parse_value, positive_int
 from specguard_core.config.presets import DEFAULT_PRESET, PRESETS, default_config, preset
-from specguard_core.config.request import Acceptance, SpecGuardConfig
+from specguard_core.config.request import Acceptance, SpecGuardConfig, TokenRule
 
 __all__ = [
     "DEFAULT_PRESET", "EXPERIMENTAL", "PRESETS", "Acceptance", "EngineConfig", "ExperimentalConfig",
-    "NormBounds", "SpecGuardConfig", "default_config", "move_experimental", "override_names",
-    "parse_sets", "parse_value", "positive_int", "preset",
+    "NormBounds", "SpecGuardConfig", "TokenRule", "default_config", "move_experimental",
+    "override_names", "parse_sets", "parse_value", "positive_int", "preset",
 ]

@@ -17,7 +17,10 @@ from specguard_core.config.experimental import (
     move_experimental,
 )
 
-Acceptance = Literal["typical", "exact", "exact-numbers"]  # the target check's rules (`speculative.py`)
+# the target check's token rules (`speculative.py`), and the rules a config names: those, or
+# `vouched` (typical where the verifier vouches for the step, exact elsewhere)
+TokenRule = Literal["typical", "exact", "exact-numbers"]
+Acceptance = Literal["typical", "exact", "exact-numbers", "vouched"]
 _GREEDY_BELOW = 1e-5  # temperatures below this are greedy (vLLM's _SAMPLING_EPS)
 
 
@@ -44,7 +47,8 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
                                  "to 3 tokens past it)")
     # score and decide
     beta: float = Field(0.3, ge=0.0, le=1.0, description="weight of confidence in the ensemble")
-    tau: float = Field(0.7, description="accept iff score >= tau; -inf always, +inf never")
+    tau: float = Field(0.7, description="accept iff score >= tau; -inf always, +inf never "
+                     "(route 'check': the score that vouches for a step, acceptance='vouched')")
     bounds: NormBounds = Field(NormBounds(), description="the paper verifier's min-max bounds "
                                "(`specguard calibrate` fits them); left at the defaults, the "
                                "engine uses those shipped for the scoring model, if any "
@@ -66,7 +70,8 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
         "tokens the target could plausibly write; the text may drift from the target's), 'exact' "
         "(the target's own tokens: its argmax when greedy, speculative sampling otherwise: "
         "lossless), 'exact-numbers' (exact on tokens holding a digit, an operator or a list "
-        "marker, typical elsewhere)")
+        "marker, typical elsewhere), 'vouched' (typical for a step whose verifier score is >= "
+        "tau, exact for the rest: the step is relaxed only where the verifier vouches for it)")
     action_acceptance: Literal["exact", "typical"] = Field(
         "exact", description="how the target's check judges an action when tools are offered: a "
         "tool-call step, and the first step of the assistant turn (where the model chooses between "

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from specguard_core.cache.state import CacheState
-from specguard_core.config import Acceptance, SpecGuardConfig
+from specguard_core.config import SpecGuardConfig, TokenRule
 from specguard_core.decoding.grammar import Grammar
 from specguard_core.decoding.sampling import Shaping
 from specguard_core.engine.verify.verifier import Verdict
@@ -140,12 +140,18 @@ class Request:
         answering)."""
         return bool(self.tools) and not self.in_think and (kind == "tool_call" or not self.decided)
 
-    def rule_for(self, kind: StepKind) -> Acceptance:
-        """The acceptance rule the target's check applies to a draft step of `kind`:
-        `action_acceptance` for an action, `acceptance` for everything else."""
+    def rule_for(self, kind: StepKind, score: float | None = None) -> TokenRule:
+        """The token rule the target's check applies to a draft step of `kind` with verifier
+        `score`: `action_acceptance` for an action, `acceptance` for everything else, where
+        `vouched` is `typical` for a step scored at least `tau` and `exact` for the rest; with no
+        score yet (while the draft writes the step) `typical`, the looser of the two, so the step
+        is judged again once scored."""
         if self.acts(kind) and self.cfg.action_acceptance == "exact":
             return "exact"
-        return self.cfg.acceptance
+        rule = self.cfg.acceptance
+        if rule != "vouched":
+            return rule
+        return "typical" if score is None or score >= self.cfg.tau else "exact"
 
     def out_of_room(self) -> bool:
         """Either model's context is full (a heterogeneous pair counts tokens differently, so the

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 
 import torch
 
-from specguard_core.config import Acceptance as Rule
 from specguard_core.config import SpecGuardConfig
+from specguard_core.config import TokenRule as Rule
 from specguard_core.decoding.sampling import NO_SHAPING, Shaping, nucleus_probs, warp_logits
 
 

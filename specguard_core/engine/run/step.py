@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import Target, TentativePass
-from specguard_core.config import Acceptance
+from specguard_core.config import TokenRule
 from specguard_core.decoding.grammar import GrammarIndex
 from specguard_core.decoding.proposal import Candidate, Proposal
 from specguard_core.engine.check import GrowingCheck
@@ -79,12 +79,12 @@ class Drafted:
 @dataclass
 class Judged:
     """The verdict on the picked step, the target's pass over it (if one ran), what becomes of the
-    step, the acceptance rule of its kind, and how many leading tokens the target's check passed."""
+    step, the token rule that judged it, and how many leading tokens the target's check passed."""
 
     verdict: Verdict
     tpass: TentativePass | None
     outcome: Outcome
-    rule: Acceptance
+    rule: TokenRule
     passed: int = 0
 
 
@@ -125,9 +125,9 @@ def _judge(pair: Pair, req: Request, drafted: Drafted, timed: Phases) -> Judged:
     """Score and route the picked step; a step routed to the check is kept when the target's check
     (the growing check's verdicts, when it ran) passes every token of a finished step."""
     draft_step, growing, judge = drafted.step, drafted.growing, pair.judge
-    rule = req.rule_for(drafted.kind[0])
     with timed("score"):
         verdict, tpass = judge.score(req, draft_step, drafted.kind[0])
+    rule = req.rule_for(drafted.kind[0], verdict.score)
     outcome: Outcome = "kept" if verdict.route == "keep" else "fall back"
     passed = judged = 0  # leading draft tokens the target's check passed
     if growing is not None:  # the target judged the step as the draft wrote it
@@ -141,7 +141,7 @@ def _judge(pair: Pair, req: Request, drafted: Drafted, timed: Phases) -> Judged:
             checked = judge.checked_ids(draft_step, tpass)
             if growing is None:
                 passed = judge.check(req, tpass, checked, rule)
-            elif growing.rule != rule:  # a tool call begun mid-turn: judged again as one
+            elif growing.rule != rule:  # a tool call begun mid-turn, or a step not vouched for
                 passed = min(judged, judge.check(req, tpass, checked, rule))
             else:
                 passed = judged

@@ -90,6 +90,25 @@ def test_prose_without_tools_follows_the_acceptance_rule() -> None:
     assert numbers.generate("What is 3 + 4?").text == "First, 3 plus 4 is 7.\n\nThe answer is 7."
 
 
+@pytest.mark.parametrize(("tau", "rule", "text"), [
+    (-float("inf"), "typical", "First, 3 plus 4 is 8.\n\nThe answer is 8."),  # every step vouched
+    (float("inf"), "exact", "First, 3 plus 4 is 7.\n\nThe answer is 7."),  # none
+])
+def test_vouched_relaxes_only_the_steps_the_verifier_vouches_for(tau: float, rule: str,
+                                                                   text: str) -> None:
+    def target(prompt: str) -> str:
+        return "First, 3 plus 4 is 7.\n\nThe answer is 7."
+
+    def draft(prompt: str) -> str:
+        return "First, 3 plus 4 is 8.\n\nThe answer is 8."
+
+    engine = unsure_target_engine(target, draft, acceptance="vouched", tau=tau, route="check")
+    result = engine.generate("What is 3 + 4?")
+    assert result.text == text
+    assert {s.acceptance for s in result.steps} == {rule}  # the rule the step's score chose
+    assert all(s.score is not None for s in result.steps if s.source == "draft")
+
+
 @pytest.mark.parametrize("route", ["check", "score"])
 def test_the_first_step_with_tools_is_the_target_s_greedy_text(tmp_path: Path, route: str) -> None:
     """Float32 tiny random pair (the draft a noisy copy of the target): with tools offered, the
