@@ -81,25 +81,29 @@ class MethodEngine(SpecGuardEngine):
     def stream(self, messages_or_prompt: str | Sequence[Message], *,
                tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
                response_format: Any = None, config: SpecGuardConfig | None = None,
-               timeout: float | None = None, **overrides: Any) -> GenerationStream:
-        """`SpecGuardEngine.stream` with this engine's method."""
+               timeout: float | None = None, parallel_tool_calls: bool = True,
+               **overrides: Any) -> GenerationStream:
+        """`SpecGuardEngine.stream` with this engine's method (a baseline with
+        `parallel_tool_calls=False` stops once its first call is closed, as the engine does)."""
         if self.turn_limit is not None and len(self.streams) >= self.turn_limit:
             raise TurnLimitReached(f"turn limit of {self.turn_limit} model turns reached")
         if self.method in BASELINES:
             stream = self._plain(messages_or_prompt, tools, tool_choice, response_format,
-                                 (config or self.config).merged(**overrides), timeout)
+                                 (config or self.config).merged(**overrides), timeout,
+                                 parallel_tool_calls)
         else:
             stream = super().stream(messages_or_prompt, tools=tools, tool_choice=tool_choice,
                                     response_format=response_format, config=config,
-                                    timeout=timeout, **overrides)
+                                    timeout=timeout, parallel_tool_calls=parallel_tool_calls,
+                                    **overrides)
         self.streams.append(stream)
         return stream
 
     # ---- the baselines ---------------------------------------------------------------------
     def _plain(self, messages_or_prompt: str | Sequence[Message],
                tools: Sequence[dict[str, Any]] | None, tool_choice: ToolChoice,
-               response_format: Any, cfg: SpecGuardConfig, timeout: float | None
-               ) -> GenerationStream:
+               response_format: Any, cfg: SpecGuardConfig, timeout: float | None,
+               parallel_tool_calls: bool = True) -> GenerationStream:
         if response_format is not None:
             raise InputError(f"the {self.method} baseline writes with plain generate: a "
                              "response_format is checked by the SpecGuard methods only")
@@ -108,27 +112,31 @@ class MethodEngine(SpecGuardEngine):
         messages = normalise_messages(messages_or_prompt)
         checked, required = offered_tools(tools, tool_choice)
         holder: dict[str, GenerationResult] = {}
-        steps = self._plain_steps(messages, checked, required, cfg, timeout, holder)
+        steps = self._plain_steps(messages, checked, required, cfg, timeout, holder,
+                                  one_call=not parallel_tool_calls)
         return GenerationStream(steps, holder, threading.Event())
 
     def _plain_steps(self, messages: list[Message], tools: list[dict[str, Any]],
                      required: str | None, cfg: SpecGuardConfig, timeout: float | None,
-                     holder: dict[str, GenerationResult]) -> Iterator[StepRecord]:
+                     holder: dict[str, GenerationResult], one_call: bool = False
+                     ) -> Iterator[StepRecord]:
         t0 = time.perf_counter()
         handle = self.draft if self.method == "draft" else self.target
         forced = handle.encode(forced_call_prefix(required)) if required else []
         prompt = handle.encode(render_prompt(handle.tokenizer, messages, tools)) + forced
+        rules = StepRules.for_tokenizer(self.target.tokenizer, cfg.step_delimiters).with_tools(
+            [t["function"]["name"] for t in tools])
+        one_call = one_call and bool(tools) and rules.tool_close is not None
+        stops = list(cfg.stop) + ([str(rules.tool_close)] if one_call else [])
         extra: dict[str, Any] = {}
-        if cfg.stop:
-            extra.update(stop_strings=list(cfg.stop), tokenizer=handle.tokenizer)
+        if stops:
+            extra.update(stop_strings=stops, tokenizer=handle.tokenizer)
         if timeout is not None:
             extra["max_time"] = timeout
         new = baseline_ids(self, self.method, prompt, cfg.max_new_tokens, **extra)
         eos = bool(new) and new[-1] in handle.eos_ids
         ids = forced + (new[:-1] if eos else new)
         text = handle.decode(ids)
-        rules = StepRules.for_tokenizer(self.target.tokenizer, cfg.step_delimiters).with_tools(
-            [t["function"]["name"] for t in tools])
         pieces = segment(text, rules) or [""]
         groups = _split_ids(handle, ids, pieces)
         if eos:
@@ -149,13 +157,15 @@ class MethodEngine(SpecGuardEngine):
                 target_written=0 if handle is self.draft else mine,
                 token_logprobs=[None] * mine))
         holder["result"] = self._plain_result(records, cfg, len(prompt), len(new), eos, t0,
-                                              handle is self.draft)
+                                              handle is self.draft, one_call)
         yield from records
 
     def _plain_result(self, steps: list[StepRecord], cfg: SpecGuardConfig, prompt_tokens: int,
-                      new_tokens: int, eos: bool, t0: float, by_draft: bool) -> GenerationResult:
+                      new_tokens: int, eos: bool, t0: float, by_draft: bool,
+                      one_call: bool = False) -> GenerationResult:
         raw = "".join(s.text for s in steps)
-        stopped = any(stop in raw for stop in cfg.stop)
+        stopped = any(stop in raw for stop in cfg.stop) or (
+            one_call and any(s.kind == "tool_call" for s in steps))
         for stop in cfg.stop:
             raw = raw.split(stop, 1)[0] if stop in raw else raw
         rules = StepRules()

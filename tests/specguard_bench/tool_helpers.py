@@ -28,7 +28,10 @@ class ScriptedGenerateLM(ScriptedLM):
 
     def generate(self, input_ids: torch.Tensor, attention_mask: Any = None,
                  generation_config: Any = None, assistant_model: Any = None,
+                 stop_strings: Sequence[str] = (), tokenizer: Any = None,
                  **kwargs: Any) -> torch.Tensor:
+        """Greedy to EOS or `max_new_tokens`, or (as transformers' `stop_strings`) until the new
+        text holds one of `stop_strings`."""
         self.assisted += assistant_model is not None
         eos = set(generation_config.eos_token_id)
         cache, ids, step = DynamicCache(), input_ids, input_ids
@@ -38,7 +41,8 @@ class ScriptedGenerateLM(ScriptedLM):
             token = int(logits[0, -1].argmax())
             step = torch.tensor([[token]])
             ids = torch.cat([ids, step], dim=1)
-            if token in eos:
+            new = tokenizer.decode(ids[0, input_ids.shape[1]:]) if stop_strings else ""
+            if token in eos or any(stop in new for stop in stop_strings):
                 break
         return ids
 

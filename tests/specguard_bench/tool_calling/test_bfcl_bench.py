@@ -146,3 +146,17 @@ def test_baselines_generate_with_tools_on_a_real_pair(bench_pair_dirs: tuple[Pat
         assert "".join(s.text for s in result.steps) == result.raw_text, method
         assert sum(len(s.token_ids) for s in result.steps) == result.usage.completion_tokens
     assert out["draft"].stats.draft_tokens == out["draft"].usage.completion_tokens
+
+
+@pytest.mark.parametrize("method", ["target", "specguard-balanced"])
+def test_without_parallel_calls_every_method_stops_after_its_first_call(
+        tmp_path: Path, method: str) -> None:
+    two = hermes([("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})])
+    engine = MethodEngine(scripted_engine(tmp_path, lambda p: two, lambda p: two), method)
+    messages = [{"role": "user", "content": "Paris and Rome?"}]
+    both = engine.generate(messages, tools=[WEATHER])
+    one = engine.generate(messages, tools=[WEATHER], parallel_tool_calls=False)
+    assert [c.arguments["city"] for c in both.tool_calls] == ["Paris", "Rome"]
+    assert [c.arguments["city"] for c in one.tool_calls] == ["Paris"]
+    assert one.finish_reason == "tool_calls"
+    assert one.usage.completion_tokens < both.usage.completion_tokens
