@@ -31,6 +31,9 @@ class ToolCall:
 
     `error` is None for a valid call; otherwise it says why the call is invalid (bad JSON, unknown
     tool, schema violation) and `arguments` may be empty. `raw` is the block's text as generated.
+    `named`: an invalid call that still names a tool with plain JSON arguments (a misspelt tool,
+    arguments off the schema), which agents are shown so they answer the error
+    (`text.tool_calls.surfaced`).
     """
 
     id: str
@@ -38,6 +41,7 @@ class ToolCall:
     arguments: dict[str, Any]
     raw: str = ""
     error: str | None = None
+    named: bool = False
 
     @property
     def valid(self) -> bool:

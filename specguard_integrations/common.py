@@ -30,7 +30,7 @@ An unknown constructor argument is an error that names the valid ones; renamed a
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,6 @@ from specguard_core.config import PRESETS, EngineConfig, SpecGuardConfig, defaul
 from specguard_core.config import preset as make_preset
 from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import resolve
-from specguard_core.types import ToolCall
 from specguard_integrations.fields import LOADER_OPTIONS, config_name
 
 # names of remote-API clients that make no sense in-process: what to do instead
@@ -198,15 +197,6 @@ def profile(draft: str, target: str, engine: Any = None) -> dict[str, Any]:
         out["max_input_tokens"] = window
         out["max_output_tokens"] = window
     return out
-
-
-def surfaced(calls: Sequence[ToolCall]) -> list[ToolCall]:
-    """The calls an agent sees as tool calls: valid ones, and invalid ones that parsed to a tool
-    name (misspelt, or with arguments that break the schema), so that the agent's own error path
-    answers them ("Error: mult is not a valid tool", a tool's argument error) and the model can
-    retry, as ChatOpenAI, ChatOllama and vLLM's tool parsers return such calls; a call that did
-    not parse at all (no name) is not one."""
-    return [c for c in calls if c.valid or c.name]
 
 
 def served_target(owner: str, data: Any, key: str) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import jsonschema
@@ -20,7 +21,7 @@ from referencing.exceptions import Unresolvable
 from specguard_core.text.schema import json_problem, loads_untrusted, validator
 from specguard_core.types import ToolCall
 
-__all__ = ["forced_call_prefix", "parse_tool_call", "response_template"]
+__all__ = ["forced_call_prefix", "parse_tool_call", "response_template", "surfaced"]
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
@@ -108,13 +109,15 @@ def parse_tool_call(text: str, tools: list[dict[str, Any]], tokenizer: Any = Non
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
     if name not in schemas:
         return ToolCall(call_id, name, {} if problem else args, raw=text,
-                        error=f"unknown tool {name!r}; offered: {sorted(schemas)}")
+                        error=f"unknown tool {name!r}; offered: {sorted(schemas)}",
+                        named=problem is None and json_problem(name) is None)
     if problem:
         return ToolCall(call_id, name, {}, raw=text, error=f"arguments invalid: {problem}")
     try:
         validator(schemas[name]).validate(args)
     except jsonschema.ValidationError as err:
-        return ToolCall(call_id, name, args, raw=text, error=f"arguments invalid: {err.message}")
+        return ToolCall(call_id, name, args, raw=text, error=f"arguments invalid: {err.message}",
+                        named=True)
     except (Unresolvable, RecursionError) as err:  # check_tools refuses these schemas; kept safe
         return ToolCall(call_id, name, {}, raw=text, error=f"schema cannot be checked: {err!r:.200}")
     return ToolCall(call_id, name, args, raw=text)
@@ -125,3 +128,13 @@ def forced_call_prefix(required: str) -> str:
     if required == "*":
         return '<tool_call>\n{"name": "'
     return '<tool_call>\n{"name": ' + json.dumps(required) + ', "arguments": '
+
+
+def surfaced(calls: Sequence[ToolCall]) -> list[ToolCall]:
+    """The calls an agent sees as tool calls: valid ones, and invalid ones that still name a tool
+    with plain JSON arguments (`ToolCall.named`: misspelt, or arguments that break the schema),
+    so that the agent's own error path answers them ("Error: mult is not a valid tool", a tool's
+    argument error) and the model can retry, as ChatOpenAI, ChatOllama and vLLM's tool parsers
+    return such calls; a call that did not parse, or whose name or arguments are not plain JSON
+    (an unpaired surrogate, a non-finite number, too deep), is not one."""
+    return [c for c in calls if c.valid or c.named]

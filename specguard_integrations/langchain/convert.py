@@ -25,8 +25,8 @@ from specguard_core import GenerationResult, StepRecord, ToolCall
 from specguard_core.text import formats
 from specguard_core.text.errors import quoted
 from specguard_core.text.steps import StepRules, strip_markers
+from specguard_core.text.tool_calls import surfaced
 from specguard_core.text.tool_choice import parse_tool_choice
-from specguard_integrations.common import surfaced
 
 _RULES = StepRules()
 _SKIPPED_BLOCKS = {"reasoning", "thinking", "redacted_thinking", "tool_use", "tool_call",

@@ -21,8 +21,8 @@ from llama_index.core.base.llms.types import (
 from llama_index.core.llms.llm import ToolSelection
 
 from specguard_core.text.steps import StepRules, strip_markers
+from specguard_core.text.tool_calls import surfaced
 from specguard_core.types import GenerationResult, StepRecord, ToolCall
-from specguard_integrations.common import surfaced
 
 EngineMessage = dict[str, Any]
 _ROLES = {"chatbot": "assistant", "model": "assistant", "function": "tool"}

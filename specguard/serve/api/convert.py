@@ -28,6 +28,7 @@ from specguard.serve.api.extension import Limits, validation_text
 from specguard.serve.api.protocol import ChatCompletionRequest, ChatMessage, CompletionRequest
 from specguard_core.config import SpecGuardConfig
 from specguard_core.text.chat import content_text
+from specguard_core.text.tool_calls import surfaced
 from specguard_core.types import FinishReason, GenerationResult, StepRecord, ToolCall
 
 
@@ -77,6 +78,22 @@ def openai_finish(reason: FinishReason) -> str:
     """OpenAI has no "max_steps": the run hit a limit, which OpenAI calls "length" (the trace keeps
     the engine's own reason)."""
     return "length" if reason == "max_steps" else reason
+
+
+def answered_calls(result: GenerationResult, one_call: bool = False) -> list[ToolCall]:
+    """The run's calls a client sees as tool calls, in the order written (`surfaced`: valid
+    ones, and invalid ones that name a tool, as vLLM's parsers return them, so an agent's tool
+    node answers the error and the model retries); with `one_call` only the first."""
+    calls = surfaced([s.tool_call for s in result.steps if s.tool_call is not None])
+    return calls[:1] if one_call else calls
+
+
+def chat_finish(result: GenerationResult) -> str:
+    """A chat choice's finish_reason: "tool_calls" when a call is returned and the run stopped
+    on its own (a run whose only calls are invalid ends "stop" in the engine)."""
+    if result.finish_reason == "stop" and answered_calls(result):
+        return "tool_calls"
+    return openai_finish(result.finish_reason)
 
 
 def usage(result: GenerationResult | Sequence[GenerationResult]) -> CompletionUsage:
@@ -132,13 +149,12 @@ def run_trace(result: GenerationResult, steps: bool = True) -> dict[str, Any]:
 
 def chat_response(result: GenerationResult, rid: str, model: str, one_call: bool = False,
                   logprobs: list[dict[str, Any]] | None = None) -> ChatCompletion:
-    """A `chat.completion` object. Only verified tool calls appear in `tool_calls`; with
-    `one_call` (the request's `parallel_tool_calls=false`) only the first, as vLLM and OpenAI do.
+    """A `chat.completion` object. `tool_calls` holds `answered_calls` (with `one_call`, the
+    request's `parallel_tool_calls=false`, only the first, as vLLM and OpenAI do).
     `logprobs`: the answer's `logprobs.content` entries (`GenerationResult.answer_logprobs`)."""
     message: dict[str, Any] = {"role": "assistant", "content": result.text or None,
                                "refusal": None}
-    if result.tool_calls:
-        calls = result.tool_calls[:1] if one_call else result.tool_calls
+    if calls := answered_calls(result, one_call):
         message["tool_calls"] = [openai_tool_call(c) for c in calls]
     elif not result.text:
         message["content"] = ""
@@ -147,7 +163,7 @@ def chat_response(result: GenerationResult, rid: str, model: str, one_call: bool
     choice = Choice(index=0, message=ChatCompletionMessage(**message),
                     logprobs=None if logprobs is None else
                     ChoiceLogprobs(content=logprobs, refusal=None),
-                    finish_reason=openai_finish(result.finish_reason))
+                    finish_reason=chat_finish(result))
     return ChatCompletion(id=rid, object="chat.completion", created=int(time.time()), model=model,
                           choices=[choice], usage=usage(result), specguard=run_trace(result))
 

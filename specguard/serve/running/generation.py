@@ -167,7 +167,8 @@ class Generation:
                                   {"step": convert.step_trace(step)}))
                     result = stream.result
                     put(chunk(index, deltas.flush(result.text),
-                              convert.openai_finish(result.finish_reason),
+                              convert.chat_finish(result) if chat
+                              else convert.openai_finish(result.finish_reason),
                               {"run": convert.run_trace(result, steps=False)}))
             results = [s.result for s in lease.streams]
             if include_usage:

@@ -463,6 +463,31 @@ def test_parallel_tool_calls_false_keeps_the_first_call(stream: bool) -> None:
             assert used[False] < used[True]
 
 
+MISSPELT = '<tool_call>\n{"name": "get_wether", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_misspelt_call_comes_back_as_a_call_so_the_agent_can_answer_it(stream: bool) -> None:
+    """As vLLM's Hermes parser does: a call that names a tool with JSON arguments is a tool call
+    (the client's tool node answers "not a valid tool" and the model retries), never dropped."""
+    engine = scripted_engine(lambda prompt: MISSPELT if "<tools>" in prompt else "ok")
+    body = {"tools": [WEATHER], "messages": [{"role": "user", "content": "Paris?"}]}
+    with live_server(create_app(engine)) as url:
+        if stream:
+            events = stream_events(url, **body)[:-1]
+            calls = [c for e in events for c in e["choices"][0]["delta"].get("tool_calls", [])]
+            finish = events[-1]["choices"][0]["finish_reason"]
+            trace = events[-1]["specguard"]["run"]
+        else:
+            choice = chat(url, **body).json()
+            trace, choice = choice["specguard"], choice["choices"][0]
+            calls, finish = choice["message"]["tool_calls"], choice["finish_reason"]
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("get_wether", {"city": "Paris"})]
+    assert finish == "tool_calls"
+    assert "unknown tool" in trace["invalid_tool_calls"][0]["error"]  # the trace says why
+
+
 def test_vllm_fields_at_their_no_op_values_are_accepted(base: str) -> None:
     no_ops = {"skip_special_tokens": True, "include_stop_str_in_output": False, "min_tokens": 0,
               "continue_final_message": False}

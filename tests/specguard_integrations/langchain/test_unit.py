@@ -173,7 +173,8 @@ def test_settings_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = seen
     cfg = first["config"]  # one typed SpecGuardConfig per call, not a dict of keywords
     assert isinstance(cfg, SpecGuardConfig) and set(first) == {
-        "tools", "tool_choice", "response_format", "config", "timeout"}
+        "tools", "tool_choice", "response_format", "config", "timeout", "parallel_tool_calls"}
+    assert first["parallel_tool_calls"] is True  # unset: several calls may come back
     assert {key: getattr(cfg, key) for key in ("k", "temperature", "max_new_tokens", "stop", "tau",
                                                "max_step_tokens", "fallback")} == {
         "k": 3, "temperature": 0, "max_new_tokens": 50, "stop": ("zzz",), "tau": 0.5,
