@@ -160,6 +160,8 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
                                  "file or a model id (see `specguard models list`)")
     if problem := model_folder_problem(local):
         raise ModelLoadError(problem)
+    if not local.exists() and local_source(ref, revision) is None:
+        _check_on_hub(ref, revision)  # a download: a mistyped id fails now, not after retries
     kwargs: dict[str, Any] = {"trust_remote_code": bool(trust_remote_code)}
     if revision is not None:
         kwargs["revision"] = revision
@@ -194,6 +196,35 @@ def load_model(ref: str, *, device: str = "auto", dtype: str | torch.dtype = "au
     if device_map is None and quantization_config is None:  # quantized weights are placed by it
         model = model.to(device)
     return model, tokenizer
+
+
+def _check_on_hub(ref: str, revision: str | None) -> None:
+    """One quick request for a model that must be downloaded: a hub id that does not exist (or
+    is private or gated) or a Hub that cannot be reached is a `ModelLoadError` within seconds,
+    where transformers' download would retry for about a minute first."""
+    from huggingface_hub import model_info
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    from specguard_core.models.registry import fetch_hint
+
+    try:
+        model_info(ref, revision=revision, timeout=10)
+    except GatedRepoError:
+        raise ModelLoadError(f"model {ref!r} is gated on the Hugging Face Hub: accept its terms "
+                             "there and log in (`hf auth login`), or pass a local folder") from None
+    except RepositoryNotFoundError:
+        raise ModelNotFoundError(f"no model {ref!r} on the Hugging Face Hub (or it is private); "
+                                 "check the id, or pass a local folder (cached models: "
+                                 "`specguard models list`)") from None
+    except RevisionNotFoundError:
+        raise ModelNotFoundError(f"model {ref!r} has no revision {revision!r} on the Hugging "
+                                 "Face Hub") from None
+    except Exception as err:  # noqa: BLE001 - offline mode, DNS, timeouts: the Hub is not reachable
+        hint = fetch_hint(ref) or ("Fetch the default pair with `specguard models fetch` or pass "
+                                   "a local folder.")
+        raise ModelLoadError(f"could not load model {ref!r}: it is not on this machine and the "
+                             f"Hugging Face Hub cannot be reached ({type(err).__name__}: "
+                             f"{err!s:.200})\n{hint}") from None
 
 
 def load_engine(cls: Any, draft: str, target: str, *, load: LoadOptions | None = None,

@@ -119,3 +119,36 @@ def test_load_options_validate_and_tell_their_model_options() -> None:
         LoadOptions.of(quantize="4bit", quantization_config={"load_in_4bit": True})
     with pytest.raises(ValueError, match="unknown dtype torch.float64; use auto"):
         LoadOptions(dtype=torch.float64)
+
+
+@pytest.mark.parametrize(("error", "kind", "says"), [
+    ("missing", loading.ModelNotFoundError, "no model 'someone/mistyped' on the Hugging Face Hub"),
+    ("gated", loading.ModelLoadError, "is gated on the Hugging Face Hub"),
+    ("offline", loading.ModelLoadError, "the Hugging Face Hub cannot be reached"),
+])
+def test_a_model_to_download_is_checked_on_the_hub_before_transformers_retries(
+        monkeypatch: pytest.MonkeyPatch, error: str, kind: type[Exception], says: str) -> None:
+    """A hub id that is neither a folder nor cached is looked up once (the test answers for the
+    Hub: no network); a mistyped id is a clear error at once, and transformers' download (which
+    retries for about a minute without a network) never starts."""
+    from types import SimpleNamespace
+
+    import huggingface_hub
+    import transformers
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    response = SimpleNamespace(headers={}, request=None)
+    errors = {"missing": RepositoryNotFoundError("404", response=response),  # type: ignore[arg-type]
+              "gated": GatedRepoError("403", response=response),  # type: ignore[arg-type]
+              "offline": ConnectionError("Name or service not known")}
+
+    def model_info(ref: str, **kwargs: Any) -> None:
+        raise errors[error]
+
+    def never(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("transformers was asked to download")
+
+    monkeypatch.setattr(huggingface_hub, "model_info", model_info)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", never)
+    with pytest.raises(kind, match=says):
+        loading.load_model("someone/mistyped", progress=False)
