@@ -198,3 +198,29 @@ def test_32_concurrent_clients_match_their_serial_runs(base: str, client: Any) -
         assert [s["text"] for s in out.model_extra["specguard"]["steps"]] == \
             [s["text"] for s in ref.model_extra["specguard"]["steps"]]
         assert out.usage == ref.usage
+
+
+def test_openai_json_schema_answer_comes_back_without_its_fence() -> None:
+    """Coder models fence JSON by habit; the check unfences it, and so does the answer the SDK
+    gets, so `json.loads` (what LangChain's and the SDK's parsers do) reads it."""
+    fenced = '```json\n{"city": "Paris", "days": 2}\n```'
+    engine = scripted_engine(lambda prompt: fenced)
+    schema = {"type": "object", "properties": {"city": {"type": "string"},
+                                               "days": {"type": "integer"}},
+              "required": ["city", "days"]}
+    with live_server(create_app(engine, ServeSettings(api_key=KEY))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=30)
+        out = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Where?"}],
+            response_format={"type": "json_schema", "json_schema": {"name": "Trip",
+                                                                    "schema": schema}})
+    assert json.loads(out.choices[0].message.content) == {"city": "Paris", "days": 2}
+
+
+def test_content_parts_give_the_engine_s_prompt(engine: SpecGuardEngine, client: Any) -> None:
+    """One normaliser for both doors: text parts reach the template as the engine joins them."""
+    parts = [{"type": "text", "text": "Repeat: "}, {"type": "text", "text": "hello"}]
+    out = client.chat.completions.create(model=MODEL,
+                                         messages=[{"role": "user", "content": parts}])
+    direct = engine.generate([{"role": "user", "content": parts}])
+    assert out.choices[0].message.content == direct.text
