@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from rich.filesize import decimal
+
 from specguard_core.models.registry import (
     CACHE_ENV,
     DEFAULT_DTYPE,
@@ -18,15 +20,6 @@ from specguard_core.models.registry import (
     damaged_folder,
     list_cached,
 )
-
-
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GB"
 
 
 def add_models_parser(
@@ -85,5 +78,5 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     print("cached:" if cached else "cached: nothing yet")
     for item in cached:
         kind = "gguf" if item.path.is_file() else "hf"
-        print(f"  {item.name:42s} {kind:4s} {_human(item.size_bytes):>9s}  {item.path}")
+        print(f"  {item.name:42s} {kind:4s} {decimal(item.size_bytes):>9s}  {item.path}")
     return 0
