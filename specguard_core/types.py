@@ -33,7 +33,7 @@ class ToolCall:
     tool, schema violation) and `arguments` may be empty. `raw` is the block's text as generated.
     `named`: an invalid call that still names a tool with plain JSON arguments (a misspelt tool,
     arguments off the schema), which agents are shown so they answer the error
-    (`text.tool_calls.surfaced`).
+    (`shown`).
     """
 
     id: str
@@ -46,6 +46,16 @@ class ToolCall:
     @property
     def valid(self) -> bool:
         return self.error is None
+
+    @property
+    def shown(self) -> bool:
+        """Whether an agent sees this as a tool call: a valid call, or an invalid one that still
+        names a tool with plain JSON arguments (`named`), so that the agent's own error path
+        answers it ("Error: mult is not a valid tool", a tool's argument error) and the model can
+        retry, as ChatOpenAI, ChatOllama and vLLM's tool parsers return such calls. A call that
+        did not parse, or whose name or arguments are not plain JSON (an unpaired surrogate, a
+        non-finite number, too deep), is not one."""
+        return self.valid or self.named
 
 
 @dataclass(frozen=True)

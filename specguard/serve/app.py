@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -126,8 +125,7 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             messages = formats.with_instruction(messages, instruction)
             kwargs["response_format"] = req.response_format
         lease = await gen.open(request, messages, cfgs, **kwargs)
-        build = partial(gen.with_logprobs if req.logprobs else convert.chat_response,
-                        one_call=req.parallel_tool_calls is False)
+        build = gen.with_logprobs if req.logprobs else convert.chat_response
         return await gen.reply(request, Call("chat", req, lease, arrived, build), cfgs[0],
                                "chatcmpl", "chat.completion.chunk")
 

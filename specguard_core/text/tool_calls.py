@@ -131,10 +131,5 @@ def forced_call_prefix(required: str) -> str:
 
 
 def surfaced(calls: Sequence[ToolCall]) -> list[ToolCall]:
-    """The calls an agent sees as tool calls: valid ones, and invalid ones that still name a tool
-    with plain JSON arguments (`ToolCall.named`: misspelt, or arguments that break the schema),
-    so that the agent's own error path answers them ("Error: mult is not a valid tool", a tool's
-    argument error) and the model can retry, as ChatOpenAI, ChatOllama and vLLM's tool parsers
-    return such calls; a call that did not parse, or whose name or arguments are not plain JSON
-    (an unpaired surrogate, a non-finite number, too deep), is not one."""
-    return [c for c in calls if c.valid or c.named]
+    """The calls an agent sees as tool calls (`ToolCall.shown`), in order."""
+    return [c for c in calls if c.shown]

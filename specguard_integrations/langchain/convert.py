@@ -113,12 +113,13 @@ def normalise_tool_choice(choice: Any, tools: Sequence[dict[str, Any]]) -> str |
 def _call_args(call: ToolCall) -> str:
     """A call that parsed to a name carries its JSON arguments (it is a tool call, valid or not);
     one that did not parse, its raw text (so the merged stream keeps it an invalid tool call)."""
-    return json.dumps(call.arguments, ensure_ascii=False) if surfaced([call]) else call.raw
+    return json.dumps(call.arguments, ensure_ascii=False) if call.shown else call.raw
 
 
-def _calls(result: GenerationResult, max_calls: int | None) -> list[ToolCall]:
-    """The run's tool calls in the order written, the first `max_calls` of them."""
-    return [s.tool_call for s in result.steps if s.tool_call is not None][:max_calls]
+def _calls(result: GenerationResult) -> list[ToolCall]:
+    """The run's tool calls in the order written (with `parallel_tool_calls=False` the engine
+    ends the run at the first)."""
+    return [s.tool_call for s in result.steps if s.tool_call is not None]
 
 
 def _visible(before: str, text: str, stops: Sequence[str]) -> str:
@@ -138,14 +139,14 @@ def _usage(result: GenerationResult) -> UsageMetadata:
     return usage
 
 
-def final_chunk(result: GenerationResult, max_calls: int | None = None) -> AIMessageChunk:
+def final_chunk(result: GenerationResult) -> AIMessageChunk:
     """The stream's last chunk: finish reason, model, the run's stats, usage and, for each tool
     call that failed verification, its error under `specguard_tool_call_errors` (call id ->
     error; the call itself is in `tool_calls` when it names a tool)."""
     metadata: dict[str, Any] = {"finish_reason": result.finish_reason,
                                 "model_name": result.model_name, "model_provider": "specguard",
                                 "specguard": result.stats.to_dict()}
-    errors = {c.id: c.error for c in _calls(result, max_calls) if c.error}
+    errors = {c.id: c.error for c in _calls(result) if c.error}
     if errors:
         metadata["specguard_tool_call_errors"] = errors
     return AIMessageChunk(content="", chunk_position="last", usage_metadata=_usage(result),
@@ -154,13 +155,12 @@ def final_chunk(result: GenerationResult, max_calls: int | None = None) -> AIMes
 
 class Translator:
     """Turns one run's steps into chunks: answer text (cut at stop strings, leading whitespace of
-    the answer dropped), reasoning, tool-call chunks with their index in the message (at most
-    `max_calls` of them). Each chunk's `response_metadata["specguard_steps"]` holds its step's
+    the answer dropped), reasoning, tool-call chunks with their index in the message. Each
+    chunk's `response_metadata["specguard_steps"]` holds its step's
     `StepRecord.trace()`."""
 
-    def __init__(self, stops: Sequence[str], max_calls: int | None = None) -> None:
+    def __init__(self, stops: Sequence[str]) -> None:
         self.stops, self.raw, self.answered, self.n_calls = tuple(stops), "", False, 0
-        self.max_calls = max_calls
 
     def chunk(self, step: StepRecord) -> AIMessageChunk:
         visible = _visible(self.raw, step.text, self.stops)
@@ -169,9 +169,6 @@ class Translator:
         if step.kind == "reasoning":
             return AIMessageChunk(content="", response_metadata=meta, additional_kwargs={
                 "reasoning_content": strip_markers(visible, _RULES)})
-        if step.kind == "tool_call" and self.max_calls is not None \
-                and self.n_calls >= self.max_calls:
-            return AIMessageChunk(content="", response_metadata=meta)  # a call past the limit
         if step.kind == "tool_call" and step.tool_call is not None:
             call = step.tool_call
             self.n_calls += 1
@@ -183,18 +180,17 @@ class Translator:
         return AIMessageChunk(content=text, response_metadata=meta)
 
 
-def final_message(chunks: list[AIMessageChunk], result: GenerationResult,
-                  max_calls: int | None = None) -> AIMessage:
-    """The aggregated stream, with the engine's final answer text and its tool calls (the first
-    `max_calls`, in the order they were written): `tool_calls` holds every call that parsed to a
+def final_message(chunks: list[AIMessageChunk], result: GenerationResult) -> AIMessage:
+    """The aggregated stream, with the engine's final answer text and its tool calls (in the
+    order they were written): `tool_calls` holds every call that parsed to a
     name and an object of arguments, verified or not (`final_chunk` keeps the verification
     errors), so the agent's tool node answers a misspelt or schema-breaking call and the model
     retries; only calls that did not parse are `invalid_tool_calls`."""
     merged = chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0]
     extra = {"reasoning_content": result.reasoning} if result.reasoning else {}
-    calls = _calls(result, max_calls)
+    calls = _calls(result)
     named = surfaced(calls)
-    unparsed = [c for c in calls if not surfaced([c])]
+    unparsed = [c for c in calls if not c.shown]
     return AIMessage(
         content=result.text, additional_kwargs=extra, response_metadata=merged.response_metadata,
         usage_metadata=merged.usage_metadata, id=merged.id,

@@ -42,25 +42,23 @@ CALL_KEYS = {"tools", "tool_choice", "response_format", "parallel_tool_calls", "
 
 
 class Run:
-    """One generation: opens the engine stream, yields translated chunks, always closes it.
-    `max_calls=1` (`parallel_tool_calls=False`) keeps only the first tool call."""
+    """One generation: opens the engine stream, yields translated chunks, always closes it."""
 
     def __init__(self, start: Callable[[], tuple[GenerationStream, tuple[str, ...]]],
-                 max_calls: int | None = None,
                  decode: Callable[[StepRecord, int], tuple[str, bytes] | None] | None = None) -> None:
-        self._start, self._max_calls, self._decode = start, max_calls, decode
+        self._start, self._decode = start, decode
         self.stream: GenerationStream | None = None
         self.result: GenerationResult | None = None
 
     def chunks(self) -> Generator[ChatGenerationChunk, None, None]:
         stream, stops = self._start()
         self.stream = stream
-        translator = Translator(stops, self._max_calls)
+        translator = Translator(stops)
         try:
             for step in stream:
                 yield ChatGenerationChunk(message=translator.chunk(step))
             self.result = stream.result
-            last = final_chunk(stream.result, self._max_calls)
+            last = final_chunk(stream.result)
             if self._decode is not None:  # asked for logprobs: ChatOpenAI's metadata shape
                 last.response_metadata["logprobs"] = {
                     "content": stream.result.answer_logprobs(self._decode), "refusal": None}
@@ -76,7 +74,7 @@ class Run:
     def message(self, chunks: list[ChatGenerationChunk]) -> ChatResult:
         assert self.result is not None, "the run has not finished"
         messages = [cast(AIMessageChunk, c.message) for c in chunks]
-        message = final_message(messages, self.result, self._max_calls)
+        message = final_message(messages, self.result)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
@@ -142,7 +140,7 @@ class Calls(EngineOwner):
             return stream, cfg.stop
 
         decode = (lambda step, token: self.engine.token_text(step, token)) if logprobs else None
-        return Run(start, max_calls=1 if parallel is False else None, decode=decode)
+        return Run(start, decode=decode)
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,

@@ -179,7 +179,7 @@ class Turn:
             thinking_delta = strip_markers(step.text, _THINK)
             self.thinking += thinking_delta
         elif step.tool_call is not None:
-            self.calls += surfaced([step.tool_call])
+            self.calls += [step.tool_call] if step.tool_call.shown else []
         self.last = ChatResponse(
             message=_message(self.content.strip(), self.thinking.strip(), self.calls),
             delta=delta,

@@ -18,7 +18,6 @@ from specguard.serve.api import wire
 from specguard.serve.api.convert import openai_tool_call, usage
 from specguard.serve.api.untrusted import encodable
 from specguard_core.text.steps import StepRules, strip_markers
-from specguard_core.text.tool_calls import surfaced
 from specguard_core.types import GenerationResult, StepRecord
 
 _RULES = StepRules()
@@ -29,12 +28,11 @@ class StepDeltas:
     the answer is rebuilt as the result builds it (answer steps, cut at the first stop string,
     stripped) and only its settled part is sent, i.e. trailing whitespace and a tail that could
     still become a stop string are held back until the next step or `flush`. Reasoning goes to
-    `reasoning` and `reasoning_content` (vLLM's names, now and before); tool calls (`surfaced`:
-    valid ones and those naming a tool) are numbered in order."""
+    `reasoning` and `reasoning_content` (vLLM's names, now and before); tool calls
+    (`ToolCall.shown`: valid ones and those naming a tool) are numbered in order."""
 
-    def __init__(self, stops: Sequence[str], one_call: bool = False) -> None:
+    def __init__(self, stops: Sequence[str]) -> None:
         self.stops = tuple(s for s in stops if s)
-        self.one_call = one_call  # parallel_tool_calls=false: only the first call
         self.steps: list[tuple[str, str]] = []  # (kind, text) of every committed step
         self.sent, self.n_calls = "", 0
 
@@ -81,10 +79,8 @@ class StepDeltas:
             return {"reasoning": reasoning, "reasoning_content": reasoning} if reasoning else {}
         if step.kind == "tool_call":
             call = step.tool_call
-            if call is None or not surfaced([call]):
+            if call is None or not call.shown:
                 return {}  # no tool name: in the final chunk's specguard.run.invalid_tool_calls
-            if self.one_call and self.n_calls:
-                return {}
             self.n_calls += 1
             return {"tool_calls": [{"index": self.n_calls - 1,
                                     **openai_tool_call(call).model_dump(exclude_unset=True)}]}

@@ -80,18 +80,21 @@ def openai_finish(reason: FinishReason) -> str:
     return "length" if reason == "max_steps" else reason
 
 
-def answered_calls(result: GenerationResult, one_call: bool = False) -> list[ToolCall]:
-    """The run's calls a client sees as tool calls, in the order written (`surfaced`: valid
+def answered_calls(result: GenerationResult) -> list[ToolCall]:
+    """The run's calls a client sees as tool calls, in the order written (`ToolCall.shown`: valid
     ones, and invalid ones that name a tool, as vLLM's parsers return them, so an agent's tool
-    node answers the error and the model retries); with `one_call` only the first."""
-    calls = surfaced([s.tool_call for s in result.steps if s.tool_call is not None])
-    return calls[:1] if one_call else calls
+    node answers the error and the model retries). With `parallel_tool_calls=false` the engine
+    ends the run at its first call."""
+    return surfaced([s.tool_call for s in result.steps if s.tool_call is not None])
 
 
-def chat_finish(result: GenerationResult) -> str:
-    """A chat choice's finish_reason: "tool_calls" when a call is returned and the run stopped
-    on its own (a run whose only calls are invalid ends "stop" in the engine)."""
-    if result.finish_reason == "stop" and answered_calls(result):
+def chat_finish(result: GenerationResult, calls: Sequence[ToolCall] | None = None) -> str:
+    """A chat choice's finish_reason: "tool_calls" when a call is returned (`calls`, else
+    `answered_calls`) and the run stopped on its own (a run whose only calls are invalid ends
+    "stop" in the engine)."""
+    if calls is None:
+        calls = answered_calls(result)
+    if result.finish_reason == "stop" and calls:
         return "tool_calls"
     return openai_finish(result.finish_reason)
 
@@ -147,14 +150,14 @@ def run_trace(result: GenerationResult, steps: bool = True) -> dict[str, Any]:
     return json_safe(trace)
 
 
-def chat_response(result: GenerationResult, rid: str, model: str, one_call: bool = False,
+def chat_response(result: GenerationResult, rid: str, model: str,
                   logprobs: list[dict[str, Any]] | None = None) -> ChatCompletion:
-    """A `chat.completion` object. `tool_calls` holds `answered_calls` (with `one_call`, the
-    request's `parallel_tool_calls=false`, only the first, as vLLM and OpenAI do).
-    `logprobs`: the answer's `logprobs.content` entries (`GenerationResult.answer_logprobs`)."""
+    """A `chat.completion` object. `tool_calls` holds `answered_calls`. `logprobs`: the answer's
+    `logprobs.content` entries (`GenerationResult.answer_logprobs`)."""
     message: dict[str, Any] = {"role": "assistant", "content": result.text or None,
                                "refusal": None}
-    if calls := answered_calls(result, one_call):
+    calls = answered_calls(result)
+    if calls:
         message["tool_calls"] = [openai_tool_call(c) for c in calls]
     elif not result.text:
         message["content"] = ""
@@ -163,7 +166,7 @@ def chat_response(result: GenerationResult, rid: str, model: str, one_call: bool
     choice = Choice(index=0, message=ChatCompletionMessage(**message),
                     logprobs=None if logprobs is None else
                     ChoiceLogprobs(content=logprobs, refusal=None),
-                    finish_reason=chat_finish(result))
+                    finish_reason=chat_finish(result, calls))
     return ChatCompletion(id=rid, object="chat.completion", created=int(time.time()), model=model,
                           choices=[choice], usage=usage(result), specguard=run_trace(result))
 

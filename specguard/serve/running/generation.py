@@ -73,9 +73,8 @@ class Generation:
             raise APIError(400, client_safe(str(err), sent(request), self.hidden),
                            param="specguard" if req.specguard else None) from None
 
-    def with_logprobs(self, result: GenerationResult, rid: str, model: str,
-                      one_call: bool = False) -> ChatCompletion:
-        return convert.chat_response(result, rid, model, one_call,
+    def with_logprobs(self, result: GenerationResult, rid: str, model: str) -> ChatCompletion:
+        return convert.chat_response(result, rid, model,
                                      result.answer_logprobs(self.engine.token_text))
 
     def failure(self, err: Exception, request: Request) -> APIError:
@@ -104,10 +103,9 @@ class Generation:
             return await self.respond(request, call, rid)
         req = call.req
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        one_call = getattr(req, "parallel_tool_calls", None) is False
         relay = Relay(self.settings.sse_keepalive_s, self.buffers, OVERFLOW)
         relay.produce = partial(self.produce, request, call, relay, rid, obj, cfg.stop,
-                                include_usage, one_call)
+                                include_usage)
         return EventStream(relay, call.lease)
 
     async def run(self, request: Request, stream: GenerationStream) -> None:
@@ -137,8 +135,7 @@ class Generation:
             [call.build(r, rid, self.model_name) for r in results], results)))
 
     async def produce(self, request: Request, call: Call, relay: Relay, rid: str, obj: str,
-                      stops: tuple[str, ...], include_usage: bool, one_call: bool,
-                      put: Put) -> None:
+                      stops: tuple[str, ...], include_usage: bool, put: Put) -> None:
         """SSE: per choice (`n`, one run after another, chunks indexed): a role chunk, one chunk
         per committed step (its trace in `specguard.step`), a final chunk with finish_reason and
         the run's trace; then the usage chunk if asked, then [DONE]. Runs in its own task; the
@@ -159,7 +156,7 @@ class Generation:
                 async with self.slots.slot(request):
                     if chat:
                         put(chunk(index, {"role": "assistant", "content": ""}))
-                    deltas = chunks.StepDeltas(stops, one_call)
+                    deltas = chunks.StepDeltas(stops)
                     async for step in iterate_in_thread(partial(iter, stream), stream.close,
                                                         name="specguard-serve"):
                         self.metrics.step(step)
