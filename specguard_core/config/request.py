@@ -20,7 +20,7 @@ from specguard_core.config.experimental import (
 # the target check's token rules (`speculative.py`), and the rules a config names: those, or
 # `vouched` (typical where the verifier vouches for the step, exact elsewhere)
 TokenRule = Literal["typical", "exact", "exact-numbers"]
-Acceptance = Literal["typical", "exact", "exact-numbers", "vouched"]
+Acceptance = Literal[TokenRule, "vouched"]
 _GREEDY_BELOW = 1e-5  # temperatures below this are greedy (vLLM's _SAMPLING_EPS)
 
 
