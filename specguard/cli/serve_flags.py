@@ -51,8 +51,8 @@ def add_browser_flags(p: Any) -> None:
 
 def add_stream_flags(p: Any) -> None:
     p.add_argument("--sse-keepalive", type=float, default=10.0, metavar="SECONDS",
-                   help="while a stream waits for a step, send an SSE comment this often so "
-                   "proxies keep the connection (default %(default)s; 0: never)")
+                   help="send an SSE comment on every stream this often, so proxies keep it "
+                   "open while a step is written (default %(default)s; 0: never)")
     p.add_argument("--max-stream-buffer-bytes", type=positive_int,
                    default=DEFAULT_STREAM_BUFFER_BYTES, metavar="N",
                    help="unread stream events kept for slow readers, all streams together; "

@@ -33,7 +33,7 @@ class ServeSettings:
     allowed_headers: tuple[str, ...] = DEFAULT_CORS_HEADERS  # CORS: request headers a page may send
     allow_credentials: bool = False  # CORS: pages may send cookies (the API key is a header, not
     # a credential in CORS's sense; only a cookie-based proxy in front needs this)
-    sse_keepalive_s: float = 10.0  # an SSE comment this often while a stream waits for a step; 0: off
+    sse_keepalive_s: float = 10.0  # an SSE comment on every stream this often; 0: off
     max_stream_buffer_bytes: int = DEFAULT_STREAM_BUFFER_BYTES  # unread stream events kept for
     # slow readers, all streams together; past it the stream with the most unread is ended
 

@@ -103,10 +103,10 @@ class Generation:
             return await self.respond(request, call, rid)
         req = call.req
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        relay = Relay(self.settings.sse_keepalive_s, self.buffers, OVERFLOW)
+        relay = Relay(self.buffers, OVERFLOW)
         relay.produce = partial(self.produce, request, call, relay, rid, obj, cfg.stop,
                                 include_usage)
-        return EventStream(relay, call.lease)
+        return EventStream(relay, call.lease, self.settings.sse_keepalive_s)
 
     async def run(self, request: Request, stream: GenerationStream) -> None:
         """Iterate to the end (non-streaming); stops early if the client leaves."""

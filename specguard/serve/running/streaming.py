@@ -6,10 +6,10 @@ reads slowly (or stops reading) does not hold its slot while its TCP connection 
 held while the engine works, the rest waits in memory until the client reads it or leaves. The
 unread events of all streams together are bounded (`Buffers`, `--max-stream-buffer-bytes`): past
 the bound, the stream whose reader is furthest behind (the most unread bytes) is ended with an
-error event and `[DONE]`, its unread events dropped. While a stream waits for the engine, an SSE
-comment goes out every `keepalive_s` so proxies keep the connection. However the response ends
-(done, disconnect, an error while sending), `EventStream` stops the task and releases the
-request's place.
+error event and `[DONE]`, its unread events dropped. `EventStream` is sse-starlette's response:
+an SSE comment every `keepalive_s` so proxies keep a stream whose step takes long, the client's
+disconnect watched, streams ended at server shutdown; however the response ends (done, disconnect,
+an error while sending), it stops the task and releases the request's place.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from specguard.serve.api.untrusted import encodable
 from specguard.serve.http.slots import Lease
 
 Put = Callable[[str], None]
-KEEPALIVE = b": keep-alive\n\n"  # an SSE comment: clients skip it
 
 
 class JSONBody(JSONResponse):
@@ -59,13 +59,11 @@ class Buffers:
 class Relay:
     """Runs `produce(put)` (set before the response starts) as a task of its own once iterated,
     and yields what it puts (SSE events) at the reader's pace; `None` put by the task's end closes
-    the stream. While the reader waits for the task longer than `keepalive_s` (0: never), an SSE
-    comment goes out, so proxies do not cut a stream whose step takes long. Unread events count
-    against `buffers`; a relay ended by them drops its unread events, stops its task and sends
-    `overflow_event`, then `[DONE]`."""
+    the stream. Unread events count against `buffers`; a relay ended by them drops its unread
+    events, stops its task and sends `overflow_event`, then `[DONE]`."""
 
-    def __init__(self, keepalive_s: float, buffers: Buffers, overflow_event: str) -> None:
-        self.keepalive_s, self.buffers, self.overflow_event = keepalive_s, buffers, overflow_event
+    def __init__(self, buffers: Buffers, overflow_event: str) -> None:
+        self.buffers, self.overflow_event = buffers, overflow_event
         self.produce: Callable[[Put], Awaitable[None]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -114,17 +112,7 @@ class Relay:
 
         self._task = asyncio.create_task(run(), name="specguard-serve-stream")
         try:
-            while True:
-                if self.keepalive_s > 0 and self._queue.empty() and self.running:
-                    try:
-                        item = await asyncio.wait_for(self._next(), self.keepalive_s)
-                    except asyncio.TimeoutError:
-                        yield KEEPALIVE
-                        continue
-                else:
-                    item = await self._next()
-                if item is None:
-                    break
+            while (item := await self._next()) is not None:
                 yield item
         finally:
             self.cancel()
@@ -136,18 +124,20 @@ class Relay:
         if self._task is not None and not self._task.done():
             self._task.cancel()
 
-    @property
-    def running(self) -> bool:
-        return self._task is not None and not self._task.done()
 
 
-class EventStream(StreamingResponse):
-    """SSE response over a `Relay` that stops its task and releases its lease however the
+def _keepalive() -> ServerSentEvent:
+    return ServerSentEvent(comment="keep-alive", sep="\n")  # clients skip comments
+
+
+class EventStream(EventSourceResponse):
+    """SSE response over a `Relay` (its events are framed already), with a keep-alive comment
+    every `keepalive_s` (0: none), that stops the relay's task and releases its lease however the
     response ends (even if the body iterator never started because the client left at once)."""
 
-    def __init__(self, relay: Relay, lease: Lease) -> None:
-        super().__init__(relay.events(), media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    def __init__(self, relay: Relay, lease: Lease, keepalive_s: float) -> None:
+        super().__init__(relay.events(), ping=keepalive_s, sep="\n",
+                         ping_message_factory=_keepalive, headers={"Cache-Control": "no-cache"})
         self.relay, self.lease = relay, lease
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:

@@ -149,7 +149,7 @@ def test_unread_events_are_bounded_across_streams() -> None:
 def test_the_stream_furthest_behind_is_the_one_ended() -> None:
     async def scenario() -> tuple[list[bytes], list[bytes], int]:
         buffers = Buffers(1000)
-        slow, quick = (Relay(0.0, buffers, "data: over\n\n") for _ in range(2))
+        slow, quick = (Relay(buffers, "data: over\n\n") for _ in range(2))
 
         async def produce_slow(put: Put) -> None:
             for _ in range(5):
