@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from specguard_bench.common.environment import machine_line
 from specguard_bench.common.metrics import fmt_cell
 from specguard_bench.common.table import md_table
@@ -20,18 +22,10 @@ SUMMARY, TABLE, PLOT = "concurrency.json", "concurrency.md", "concurrency.png"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The `q`-th percentile (0-100) with linear interpolation between order statistics (numpy's
-    default); one value is every percentile of itself. Written out because no library call
-    gives these exact floats: `numpy.percentile(method="linear")` places q as q/100 * (n-1) and
-    interpolates back from the upper value past the midpoint, so it differs in the last bits
-    (as do `torch.quantile` and `statistics.quantiles`) and would rewrite concurrency.json."""
+    """The `q`-th percentile (0-100), numpy's linear interpolation between order statistics."""
     if not values:
         raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    return float(np.percentile(values, q))
 
 
 @dataclass
