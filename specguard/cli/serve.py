@@ -165,8 +165,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         from specguard.serve.app import ServeSettings, create_app
     except ImportError as err:
-        print(f"error: `specguard serve` needs FastAPI, uvicorn, prometheus-client and openai "
-              f"({err.name} is missing); install them with: pip install -e '.[serve]' (from a "
+        print("error: `specguard serve` needs FastAPI, uvicorn, sse-starlette, prometheus-client "
+              f"and openai ({err.name} is missing); install them with: pip install -e '.[serve]' (from a "
               "checkout)", file=sys.stderr)
         return 2
     load = load_options(args)  # a bad loading flag fails before the port is taken

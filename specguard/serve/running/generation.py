@@ -41,6 +41,9 @@ OVERFLOW = chunks.sse({"error": {**error_body(
     "the stream was ended: its client read too slowly and the server's buffer of unread events "
     "(`specguard serve --max-stream-buffer-bytes`) is full; read the stream as it comes, or ask "
     "without stream", "server_overloaded")["error"], "code": "stream_buffer_full"}})
+SHUTDOWN = chunks.sse(error_body(
+    "the stream was ended: the server is shutting down; the answer so far is incomplete, ask "
+    "again", "server_error", code="server_shutdown"))
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ class Generation:
             return await self.respond(request, call, rid)
         req = call.req
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        relay = Relay(self.buffers, OVERFLOW)
+        relay = Relay(self.buffers, OVERFLOW, SHUTDOWN)
         relay.produce = partial(self.produce, request, call, relay, rid, obj, cfg.stop,
                                 include_usage)
         return EventStream(relay, call.lease, self.settings.sse_keepalive_s)

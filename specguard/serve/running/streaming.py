@@ -8,8 +8,9 @@ unread events of all streams together are bounded (`Buffers`, `--max-stream-buff
 the bound, the stream whose reader is furthest behind (the most unread bytes) is ended with an
 error event and `[DONE]`, its unread events dropped. `EventStream` is sse-starlette's response:
 an SSE comment every `keepalive_s` so proxies keep a stream whose step takes long, the client's
-disconnect watched, streams ended at server shutdown; however the response ends (done, disconnect,
-an error while sending), it stops the task and releases the request's place.
+disconnect watched, and at server shutdown a stream is ended with an error event so a client
+can tell a cut answer from a whole one; however the response ends (done, disconnect, shutdown, an
+error while sending), it stops the task and releases the request's place.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -26,6 +28,7 @@ from specguard.serve.api.untrusted import encodable
 from specguard.serve.http.slots import Lease
 
 Put = Callable[[str], None]
+SHUTDOWN_GRACE_S = 1.0  # at shutdown, how long a stream has to send its last events
 
 
 class JSONBody(JSONResponse):
@@ -60,12 +63,16 @@ class Relay:
     """Runs `produce(put)` (set before the response starts) as a task of its own once iterated,
     and yields what it puts (SSE events) at the reader's pace; `None` put by the task's end closes
     the stream. Unread events count against `buffers`; a relay ended by them drops its unread
-    events, stops its task and sends `overflow_event`, then `[DONE]`."""
+    events, stops its task and sends `overflow_event`, then `[DONE]`. When the server shuts
+    down (`shutdown`, set by the response) it stops its task and sends `shutdown_event` and
+    `[DONE]` after the events not read yet, so a client can tell a cut answer from a whole one."""
 
-    def __init__(self, buffers: Buffers, overflow_event: str) -> None:
+    def __init__(self, buffers: Buffers, overflow_event: str, shutdown_event: str) -> None:
         self.buffers, self.overflow_event = buffers, overflow_event
+        self.shutdown_event, self.shutdown = shutdown_event, anyio.Event()
         self.produce: Callable[[Put], Awaitable[None]] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.unread, self.ended = 0, False
 
@@ -84,9 +91,18 @@ class Relay:
             self._queue.get_nowait()
         self._forget()
         self.cancel()
-        for event in (self.overflow_event.encode("utf-8"), b"data: [DONE]\n\n", None):
-            self._queue.put_nowait(event)
+        self._close_with(self.overflow_event)
+
+    def _close_with(self, event: str) -> None:
+        for item in (event.encode("utf-8"), b"data: [DONE]\n\n", None):
+            self._queue.put_nowait(item)
         self.ended = True
+
+    async def _on_shutdown(self) -> None:
+        await self.shutdown.wait()
+        if not self.ended:
+            self.cancel()
+            self._close_with(self.shutdown_event)
 
     def _forget(self) -> None:
         self.buffers.remove(self.unread)
@@ -111,6 +127,7 @@ class Relay:
                 self.put(None)
 
         self._task = asyncio.create_task(run(), name="specguard-serve-stream")
+        self._watch = asyncio.create_task(self._on_shutdown(), name="specguard-serve-shutdown")
         try:
             while (item := await self._next()) is not None:
                 yield item
@@ -123,7 +140,9 @@ class Relay:
         the slot); safe to call any number of times."""
         if self._task is not None and not self._task.done():
             self._task.cancel()
-
+        if self._watch is not None and not self._watch.done() \
+                and self._watch is not asyncio.current_task():
+            self._watch.cancel()
 
 
 def _keepalive() -> ServerSentEvent:
@@ -137,7 +156,9 @@ class EventStream(EventSourceResponse):
 
     def __init__(self, relay: Relay, lease: Lease, keepalive_s: float) -> None:
         super().__init__(relay.events(), ping=keepalive_s, sep="\n",
-                         ping_message_factory=_keepalive, headers={"Cache-Control": "no-cache"})
+                         ping_message_factory=_keepalive, headers={"Cache-Control": "no-cache"},
+                         shutdown_event=relay.shutdown, shutdown_grace_period=SHUTDOWN_GRACE_S)
+        del self.headers["connection"]  # the server's to decide (a client may ask to close)
         self.relay, self.lease = relay, lease
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:

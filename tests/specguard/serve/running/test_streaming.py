@@ -149,7 +149,7 @@ def test_unread_events_are_bounded_across_streams() -> None:
 def test_the_stream_furthest_behind_is_the_one_ended() -> None:
     async def scenario() -> tuple[list[bytes], list[bytes], int]:
         buffers = Buffers(1000)
-        slow, quick = (Relay(buffers, "data: over\n\n") for _ in range(2))
+        slow, quick = (Relay(buffers, "data: over\n\n", "data: bye\n\n") for _ in range(2))
 
         async def produce_slow(put: Put) -> None:
             for _ in range(5):
@@ -171,3 +171,30 @@ def test_the_stream_furthest_behind_is_the_one_ended() -> None:
     assert seen_quick == [b"y" * 199 + b"\n"] * 3
     assert seen_slow == [b"x" * 199 + b"\n", b"data: over\n\n", b"data: [DONE]\n\n"]
     assert left == 0
+
+
+def test_a_stream_cut_by_shutdown_says_so() -> None:
+    from sse_starlette.sse import AppStatus
+
+    engine = scripted_engine(long_reply(steps=40, delay_s=0.02))
+    body = {"model": "specguard-scripted", "stream": True, "max_tokens": 4000,
+            "messages": [{"role": "user", "content": "count"}]}
+    events: list[object] = []
+    try:
+        with live_server(create_app(engine)) as url, httpx.stream(
+                "POST", f"{url}/v1/chat/completions", json=body, timeout=30) as r:
+            lines = r.iter_lines()
+            for line in lines:  # the role chunk and a first step
+                events.append(line)
+                if '"step": {' in line:
+                    assert next(lines) == ""  # the event's end
+                    break
+            AppStatus.should_exit = True  # what uvicorn's signal handler sets
+            events += sse_events(lines)
+    finally:
+        AppStatus.should_exit = False
+    error = events[-2]
+    assert isinstance(error, dict) and error["error"]["code"] == "server_shutdown"
+    assert "incomplete" in error["error"]["message"] and events[-1] == "[DONE]"
+    assert not any(isinstance(e, dict) and e.get("choices", [{}])[0].get("finish_reason")
+                   for e in events[:-2])  # no finish_reason: the answer was cut
