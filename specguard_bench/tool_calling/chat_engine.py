@@ -36,7 +36,7 @@ from specguard_core.text.chat import (
     parse_tool_call,
     render_prompt,
 )
-from specguard_core.text.steps import StepRules, segment, step_kind, strip_markers
+from specguard_core.text.steps import StepRules, call_closed, segment, step_kind, strip_markers
 from specguard_core.types import (
     FinishReason,
     GenerationResult,
@@ -84,7 +84,9 @@ class MethodEngine(SpecGuardEngine):
                timeout: float | None = None, parallel_tool_calls: bool = True,
                **overrides: Any) -> GenerationStream:
         """`SpecGuardEngine.stream` with this engine's method (a baseline with
-        `parallel_tool_calls=False` stops once its first call is closed, as the engine does)."""
+        `parallel_tool_calls=False` stops generating once its first call is closed and ends
+        its run at that call, and any baseline ends at a call without its closer, as the
+        engine does)."""
         if self.turn_limit is not None and len(self.streams) >= self.turn_limit:
             raise TurnLimitReached(f"turn limit of {self.turn_limit} model turns reached")
         if self.method in BASELINES:
@@ -126,8 +128,8 @@ class MethodEngine(SpecGuardEngine):
         prompt = handle.encode(render_prompt(handle.tokenizer, messages, tools)) + forced
         rules = StepRules.for_tokenizer(self.target.tokenizer, cfg.step_delimiters).with_tools(
             [t["function"]["name"] for t in tools])
-        one_call = one_call and bool(tools) and rules.tool_close is not None
-        stops = list(cfg.stop) + ([str(rules.tool_close)] if one_call else [])
+        at_close = one_call and bool(tools) and rules.tool_close is not None
+        stops = list(cfg.stop) + ([str(rules.tool_close)] if at_close else [])
         extra: dict[str, Any] = {}
         if stops:
             extra.update(stop_strings=stops, tokenizer=handle.tokenizer)
@@ -141,10 +143,23 @@ class MethodEngine(SpecGuardEngine):
         groups = _split_ids(handle, ids, pieces)
         if eos:
             groups[-1].append(new[-1])
-        records, in_think = [], False
-        elapsed = time.perf_counter() - t0
-        for i, (piece, group) in enumerate(zip(pieces, groups, strict=True)):
+        kinds, in_think = [], False
+        for piece in pieces:
             kind, in_think = step_kind(piece, in_think, rules)
+            kinds.append(kind)
+        n_new = len(new)
+        # the run ends where the engine's does: at its first call without parallel calls (the
+        # stop string can be passed, a token-SD round accepts several tokens), and at a call
+        # without its closer (bare JSON: what follows would be made-up results)
+        ends = [i for i, k in enumerate(kinds) if k == "tool_call"
+                and (one_call or not call_closed(pieces[i], rules))]
+        if ends:
+            end = ends[0] + 1
+            n_new -= sum(len(g) for g in groups[end:])
+            pieces, groups, kinds, eos = pieces[:end], groups[:end], kinds[:end], False
+        records = []
+        elapsed = time.perf_counter() - t0
+        for i, (piece, group, kind) in enumerate(zip(pieces, groups, kinds, strict=True)):
             call = parse_tool_call(piece, tools, self.target.tokenizer,
                                    self.response_template) \
                 if kind == "tool_call" else None
@@ -156,16 +171,16 @@ class MethodEngine(SpecGuardEngine):
                 tool_call=call, path="kept", draft_written=mine if handle is self.draft else 0,
                 target_written=0 if handle is self.draft else mine,
                 token_logprobs=[None] * mine))
-        holder["result"] = self._plain_result(records, cfg, len(prompt), len(new), eos, t0,
-                                              handle is self.draft, one_call)
+        holder["result"] = self._plain_result(records, cfg, len(prompt), n_new, eos, t0,
+                                              handle is self.draft, bool(ends))
         yield from records
 
     def _plain_result(self, steps: list[StepRecord], cfg: SpecGuardConfig, prompt_tokens: int,
                       new_tokens: int, eos: bool, t0: float, by_draft: bool,
-                      one_call: bool = False) -> GenerationResult:
+                      at_call: bool = False) -> GenerationResult:
+        """The run's result; `at_call`: it was ended at a tool call (a stop)."""
         raw = "".join(s.text for s in steps)
-        stopped = any(stop in raw for stop in cfg.stop) or (
-            one_call and any(s.kind == "tool_call" for s in steps))
+        stopped = at_call or any(stop in raw for stop in cfg.stop)
         for stop in cfg.stop:
             raw = raw.split(stop, 1)[0] if stop in raw else raw
         rules = StepRules()

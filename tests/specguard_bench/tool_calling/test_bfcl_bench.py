@@ -148,15 +148,22 @@ def test_baselines_generate_with_tools_on_a_real_pair(bench_pair_dirs: tuple[Pat
     assert out["draft"].stats.draft_tokens == out["draft"].usage.completion_tokens
 
 
-@pytest.mark.parametrize("method", ["target", "specguard-balanced"])
+@pytest.mark.parametrize("bare", [False, True])
+@pytest.mark.parametrize("method", ["target", "token-sd", "draft", "specguard-balanced"])
 def test_without_parallel_calls_every_method_stops_after_its_first_call(
-        tmp_path: Path, method: str) -> None:
-    two = hermes([("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})])
+        tmp_path: Path, method: str, bare: bool) -> None:
+    calls = [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"})]
+    two = "\n\n".join(json.dumps({"name": n, "arguments": a}) for n, a in calls) if bare \
+        else hermes(calls)  # bare JSON calls have no closer to stop at
     engine = MethodEngine(scripted_engine(tmp_path, lambda p: two, lambda p: two), method)
     messages = [{"role": "user", "content": "Paris and Rome?"}]
     both = engine.generate(messages, tools=[WEATHER])
     one = engine.generate(messages, tools=[WEATHER], parallel_tool_calls=False)
-    assert [c.arguments["city"] for c in both.tool_calls] == ["Paris", "Rome"]
+    # a call without its closer ends the run whatever the flag: what follows is made up
+    assert [c.arguments["city"] for c in both.tool_calls] == (["Paris"] if bare else
+                                                               ["Paris", "Rome"])
     assert [c.arguments["city"] for c in one.tool_calls] == ["Paris"]
-    assert one.finish_reason == "tool_calls"
-    assert one.usage.completion_tokens < both.usage.completion_tokens
+    assert one.finish_reason == both.finish_reason == "tool_calls"
+    assert one.usage.completion_tokens <= both.usage.completion_tokens
+    assert one.usage.completion_tokens == sum(len(s.token_ids) for s in one.steps)
+    assert one.raw_text == "".join(s.text for s in one.steps)
