@@ -224,6 +224,11 @@ class GenerationResult:
     model_name: str = ""
     verifier: str = ""  # what scored the steps: "paper" or a card's path (`verifier="auto"` resolved)
 
+    @property
+    def calls_written(self) -> list[ToolCall]:
+        """Every tool call of the run, valid or not, in the order written."""
+        return [s.tool_call for s in self.steps if s.tool_call is not None]
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["stats"] = self.stats.to_dict()

@@ -116,12 +116,6 @@ def _call_args(call: ToolCall) -> str:
     return json.dumps(call.arguments, ensure_ascii=False) if call.shown else call.raw
 
 
-def _calls(result: GenerationResult) -> list[ToolCall]:
-    """The run's tool calls in the order written (with `parallel_tool_calls=False` the engine
-    ends the run at the first)."""
-    return [s.tool_call for s in result.steps if s.tool_call is not None]
-
-
 def _visible(before: str, text: str, stops: Sequence[str]) -> str:
     """The part of `text` (committed after `before`) that precedes the first stop string."""
     full = before + text
@@ -146,7 +140,7 @@ def final_chunk(result: GenerationResult) -> AIMessageChunk:
     metadata: dict[str, Any] = {"finish_reason": result.finish_reason,
                                 "model_name": result.model_name, "model_provider": "specguard",
                                 "specguard": result.stats.to_dict()}
-    errors = {c.id: c.error for c in _calls(result) if c.error}
+    errors = {c.id: c.error for c in result.calls_written if c.error}
     if errors:
         metadata["specguard_tool_call_errors"] = errors
     return AIMessageChunk(content="", chunk_position="last", usage_metadata=_usage(result),
@@ -188,7 +182,7 @@ def final_message(chunks: list[AIMessageChunk], result: GenerationResult) -> AIM
     retries; only calls that did not parse are `invalid_tool_calls`."""
     merged = chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0]
     extra = {"reasoning_content": result.reasoning} if result.reasoning else {}
-    calls = _calls(result)
+    calls = result.calls_written
     named = surfaced(calls)
     unparsed = [c for c in calls if not c.shown]
     return AIMessage(

@@ -149,8 +149,7 @@ def chat_response(result: GenerationResult,
     return ChatResponse(
         logprobs=None if logprobs is None else [
             [LogProb(token=e["token"], logprob=e["logprob"], bytes=e["bytes"])] for e in logprobs],
-        message=_message(result.text, result.reasoning, surfaced(
-            [s.tool_call for s in result.steps if s.tool_call is not None])),
+        message=_message(result.text, result.reasoning, surfaced(result.calls_written)),
         raw={"model": result.model_name, "finish_reason": result.finish_reason,
              "usage": _usage(usage.prompt_tokens, usage.completion_tokens)},
         additional_kwargs={"specguard": trace(result)},
@@ -179,7 +178,7 @@ class Turn:
             thinking_delta = strip_markers(step.text, _THINK)
             self.thinking += thinking_delta
         elif step.tool_call is not None:
-            self.calls += [step.tool_call] if step.tool_call.shown else []
+            self.calls += surfaced([step.tool_call])
         self.last = ChatResponse(
             message=_message(self.content.strip(), self.thinking.strip(), self.calls),
             delta=delta,

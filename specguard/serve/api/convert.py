@@ -85,7 +85,7 @@ def answered_calls(result: GenerationResult) -> list[ToolCall]:
     ones, and invalid ones that name a tool, as vLLM's parsers return them, so an agent's tool
     node answers the error and the model retries). With `parallel_tool_calls=false` the engine
     ends the run at its first call."""
-    return surfaced([s.tool_call for s in result.steps if s.tool_call is not None])
+    return surfaced(result.calls_written)
 
 
 def chat_finish(result: GenerationResult, calls: Sequence[ToolCall] | None = None) -> str:
