@@ -17,7 +17,7 @@ from typing import Any
 from specguard_bench.cli.handlers import LOAD_FLAGS, cmd_bench, cmd_calibrate
 from specguard_bench.common.methods import METHODS, REMOTE_METHOD
 from specguard_bench.reasoning.problems import DATASETS
-from specguard_bench.tool_calling.names import AGENT_METHODS, BFCL_METHODS, SUITES
+from specguard_bench.tool_calling.names import AGENT_METHODS, AGENT_TASKS, BFCL_METHODS, SUITES
 from specguard_core.config import PRESETS, EngineConfig, positive_int
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -95,6 +95,10 @@ def add_bench_parser(
                    help="--suite agents: the most model turns one task may take (default 8)")
     p.add_argument("--frameworks", type=_csv(str), default=None, metavar="F,F",
                    help="--suite agents: langchain, llama_index (default both)")
+    p.add_argument("--agent-task", choices=AGENT_TASKS, default="problem",
+                   help="--suite agents: problem asks the GSM8K question (default); "
+                   "expression asks to compute its worked answer chained into one expression "
+                   "(the first --n problems from --offset that chain into 2 to 5 operations)")
     p.add_argument("--n", type=int, default=20, help="number of problems")
     p.add_argument("--offset", type=int, default=0, help="index of the first problem")
     p.add_argument(

@@ -30,7 +30,8 @@ def run_command(args: argparse.Namespace, sets: Mapping[str, Any], *, load: Load
         heterogeneous=args.heterogeneous, batching=args.batching, max_batch_rows=max_batch_rows,
         bounds_path=args.bounds, warmup=not args.no_warmup, progress=not args.no_progress,
         suite=args.suite, categories=tuple(args.categories or ()),
-        turn_limit=args.turn_limit, frameworks=tuple(args.frameworks or FRAMEWORKS))
+        turn_limit=args.turn_limit, frameworks=tuple(args.frameworks or FRAMEWORKS),
+        agent_task=args.agent_task)
     if args.suite == "bfcl":
         from specguard_bench.tool_calling.bfcl_bench import run_bfcl
 

@@ -28,6 +28,7 @@ class Problem:
     index: int
     question: str
     gold: str
+    solution: str = ""  # the worked answer (GSM8K's `answer`, MATH's `solution`) when given
 
 
 def gsm8k_gold(answer: str) -> str:
@@ -40,8 +41,10 @@ def gsm8k_gold(answer: str) -> str:
 
 def _problem(dataset: str, index: int, row: dict[str, Any]) -> Problem:
     if dataset == "gsm8k":
-        return Problem(f"gsm8k/{index}", dataset, index, row["question"], gsm8k_gold(row["answer"]))
-    return Problem(f"math500/{index}", dataset, index, row["problem"], str(row["answer"]))
+        return Problem(f"gsm8k/{index}", dataset, index, row["question"], gsm8k_gold(row["answer"]),
+                       row["answer"])
+    return Problem(f"math500/{index}", dataset, index, row["problem"], str(row["answer"]),
+                   str(row.get("solution", "")))
 
 
 def read_rows(dataset: str) -> list[dict[str, Any]]:
@@ -95,7 +98,8 @@ def load_file(path: str | Path, n: int | None = None, offset: int = 0) -> list[P
         question = str(row.get("question", row.get("problem")))
         answer = str(row["answer"])
         gold = gsm8k_gold(answer) if "####" in answer else answer.strip()
-        problems.append(Problem(f"{name}/{i}", name, i, question, gold))
+        problems.append(Problem(f"{name}/{i}", name, i, question, gold,
+                                str(row.get("solution", answer))))
     if not problems:
         raise ValueError(f"{path} has {len(lines)} problems; offset {offset} selects none")
     return problems

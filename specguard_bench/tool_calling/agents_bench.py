@@ -1,13 +1,15 @@
 """`specguard bench --suite agents`: GSM8K problems solved by a calculator agent in the real
 frameworks, every method behind the same chat model.
 
-Each (task, method): a task is one GSM8K problem run by one framework, LangChain's
-`create_agent` with `ChatSpecGuard` or LlamaIndex's `FunctionAgent` with `SpecGuardLLM`, no
-middleware, over `MethodEngine(engine, method)` (so the loop and the parser are the same for every
-method) with the tools add, subtract, multiply and divide. The turn limit is the same for both
-frameworks: the model call after the limit raises `TurnLimitReached` inside the framework (the
-frameworks' own limits, LangChain's recursion limit and LlamaIndex's `max_iterations`, are set
-above it and count as the turn limit too if hit). A framework that raises is that task's end
+Each (task, method): a task is one GSM8K problem (or, with `agent_task="expression"`, its
+worked answer chained into one expression to compute, `tool_calling.expressions`) run by one
+framework, LangChain's `create_agent` with `ChatSpecGuard` or LlamaIndex's `FunctionAgent` with
+`SpecGuardLLM`, no middleware, over `MethodEngine(engine, method)` (so the loop and the parser
+are the same for every method) with the tools add, subtract, multiply and divide, and the task's
+system prompt. The turn limit is the same for both frameworks: the model call after the limit
+raises `TurnLimitReached` inside the framework (the frameworks' own limits, LangChain's
+recursion limit and LlamaIndex's `max_iterations`, are set above it and count as the turn limit
+too if hit). A framework that raises is that task's end
 state (`turn_limit` or `error`, with the message), never a crash of the run.
 
 Stored per task: the final answer and its grade (math-verify, `answers.grade`), the end state
@@ -28,6 +30,8 @@ from specguard_bench.common.methods import preset_of
 from specguard_bench.reasoning.answers import grade
 from specguard_bench.reasoning.problems import Problem, load_file, load_problems
 from specguard_bench.tool_calling.chat_engine import MethodEngine, TurnLimitReached
+from specguard_bench.tool_calling.expressions import expression_problems
+from specguard_bench.tool_calling.names import AGENT_TASKS
 from specguard_bench.tool_calling.suites import (
     SuiteSettings,
     method_config,
@@ -41,6 +45,13 @@ from specguard_core.types import GenerationResult
 SYSTEM_PROMPT = ("You solve math word problems with a calculator. Use the tools add, subtract, "
                  "multiply and divide for every arithmetic operation, one operation per call. "
                  "When you know the answer, reply with the final number as \\boxed{number}.")
+# --agent-task expression: the same tools, one operation at a time on the results so far
+EXPRESSION_PROMPT = ("You are a calculator agent. Work out the expression one operation at a "
+                     "time: call one of the tools add, subtract, multiply or divide for the "
+                     "innermost operation, wait for its result, then call the next tool on that "
+                     "result, until no operation is left. Only then reply with the final number "
+                     "as \\boxed{number}.")
+SYSTEM_PROMPTS = {"problem": SYSTEM_PROMPT, "expression": EXPRESSION_PROMPT}
 END_STATES = ("answered", "turn_limit", "error")
 
 
@@ -77,14 +88,21 @@ class AgentTask:
 
 
 def load_tasks(settings: SuiteSettings) -> list[AgentTask]:
-    """`n` GSM8K problems from `offset` (or of `dataset_file`), each once per framework."""
-    problems = (load_file(settings.dataset_file, settings.n, settings.offset)
+    """`n` GSM8K problems from `offset` (or of `dataset_file`), each once per framework; with
+    `agent_task="expression"`, the first `n` from `offset` that chain into an expression."""
+    if settings.agent_task not in AGENT_TASKS:
+        raise ValueError(f"unknown agent task {settings.agent_task!r}; choose from "
+                         f"{', '.join(AGENT_TASKS)}")
+    n = settings.n if settings.agent_task == "problem" else None
+    problems = (load_file(settings.dataset_file, n, settings.offset)
                 if settings.dataset_file is not None
-                else load_problems("gsm8k", settings.n, settings.offset))
+                else load_problems("gsm8k", n, settings.offset))
+    if settings.agent_task == "expression":
+        problems = expression_problems(problems, settings.n)
     return [AgentTask(f"{fw}/{p.uid}", fw, p) for p in problems for fw in settings.frameworks]
 
 
-def run_langchain(chat: MethodEngine, cfg: SpecGuardConfig, question: str,
+def run_langchain(chat: MethodEngine, cfg: SpecGuardConfig, system_prompt: str, question: str,
                   turn_limit: int) -> str:
     """The final answer of `create_agent` over `ChatSpecGuard` (raises what the agent raises)."""
     from langchain.agents import create_agent
@@ -94,14 +112,14 @@ def run_langchain(chat: MethodEngine, cfg: SpecGuardConfig, question: str,
 
     model = ChatSpecGuard(engine=chat, config=cfg)
     tools = [StructuredTool.from_function(fn) for fn in CALCULATOR]
-    agent = create_agent(model, tools, system_prompt=SYSTEM_PROMPT)
+    agent = create_agent(model, tools, system_prompt=system_prompt)
     state = agent.invoke({"messages": [{"role": "user", "content": question}]},
                          config={"recursion_limit": 2 * turn_limit + 5})
     return str(state["messages"][-1].text)
 
 
-def run_llama_index(chat: MethodEngine, cfg: SpecGuardConfig, question: str,
-                    turn_limit: int) -> str:
+def run_llama_index(chat: MethodEngine, cfg: SpecGuardConfig, system_prompt: str,
+                    question: str, turn_limit: int) -> str:
     """The final answer of `FunctionAgent` over `SpecGuardLLM` (raises what the agent raises)."""
     import asyncio
 
@@ -112,7 +130,7 @@ def run_llama_index(chat: MethodEngine, cfg: SpecGuardConfig, question: str,
 
     llm = SpecGuardLLM(engine=chat, config=cfg)
     tools = [FunctionTool.from_defaults(fn=fn) for fn in CALCULATOR]
-    agent = FunctionAgent(tools=tools, llm=llm, system_prompt=SYSTEM_PROMPT, streaming=False)
+    agent = FunctionAgent(tools=tools, llm=llm, system_prompt=system_prompt, streaming=False)
 
     async def go() -> str:
         out: Any = await agent.run(user_msg=question, max_iterations=turn_limit + 2)
@@ -121,7 +139,7 @@ def run_llama_index(chat: MethodEngine, cfg: SpecGuardConfig, question: str,
     return asyncio.run(go())
 
 
-RUNNERS: dict[str, Callable[[MethodEngine, SpecGuardConfig, str, int], str]] = {
+RUNNERS: dict[str, Callable[[MethodEngine, SpecGuardConfig, str, str, int], str]] = {
     "langchain": run_langchain, "llama_index": run_llama_index}
 
 
@@ -180,7 +198,8 @@ def run_task(engine: Any, task: AgentTask, method: str, settings: SuiteSettings,
     state, error, answer = "answered", None, ""
     t0 = time.perf_counter()
     try:
-        answer = RUNNERS[task.framework](chat, cfg, problem.question, settings.turn_limit)
+        answer = RUNNERS[task.framework](chat, cfg, SYSTEM_PROMPTS[settings.agent_task],
+                                         problem.question, settings.turn_limit)
     except Exception as err:  # noqa: BLE001 - the framework's failure is this task's end state
         state, error = end_state(err), f"{type(err).__name__}: {err}"[:2000]
     sync(engine)

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specguard_bench.common.environment import machine_line
+from specguard_bench.common.metrics import fmt_cell
 from specguard_bench.common.plot import plot_groups
 from specguard_bench.common.table import md_table
 from specguard_bench.tool_calling.agents_bench import (
@@ -25,6 +26,7 @@ from specguard_bench.tool_calling.suites import (
     SUMMARY,
     TABLE,
     SuiteSettings,
+    as_target,
     check_suite_methods,
     path_cell,
     paths_per_task,
@@ -49,20 +51,36 @@ def group_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def task_calls(r: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
+    """An agent row's calls, each with its model turn: the valid ones and the invalid ones' text
+    (both empty when the agent answered without a call)."""
+    turns = list(enumerate(r["turns"]))
+    return ([[i, c] for i, t in turns for c in t["calls"]],
+            [[i, c["raw"]] for i, t in turns for c in t["invalid_calls"]])
+
+
 def summarize(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]
               ) -> dict[str, dict[str, dict[str, Any]]]:
-    """{framework: {method: group summary}}, frameworks in row order."""
+    """{framework: {method: group summary}}, frameworks in row order; each with its comparison
+    to the target (`as_target`: tasks whose every turn made the target's calls, tasks that
+    called a tool where the target called none or the other way round) and its mean latency
+    over token-level SD's (`vs_token_sd`) when those methods ran."""
+    target = {r["uid"]: r for r in rows if r["method"] == "target"}
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for framework in dict.fromkeys(r["framework"] for r in rows):
         groups = {m: [r for r in rows if r["method"] == m and r["framework"] == framework]
                   for m in methods}
-        out[framework] = {m: group_summary(g) for m, g in groups.items() if g}
+        out[framework] = {m: {**group_summary(g), "as_target": as_target(g, target, task_calls)}
+                          for m, g in groups.items() if g}
+        sd = out[framework].get("token-sd")
+        for s in out[framework].values():
+            s["vs_token_sd"] = s["latency_mean_s"] / sd["latency_mean_s"] if sd else None
     return out
 
 
 _HEAD = ("framework", "method", "accuracy", "answered/turn limit/error", "turns", "tool calls",
-         "repeated", "invalid", "median s", "mean s", "new tokens",
-         "kept/checked/verified/regen per task")
+         "repeated", "invalid", "target's calls", "call/answer differs", "median s", "mean s",
+         "vs token-SD", "new tokens", "kept/checked/verified/regen per task")
 
 
 def markdown_table(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
@@ -72,11 +90,15 @@ def markdown_table(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> st
 
 
 def _row(framework: str, method: str, s: Mapping[str, Any]) -> list[str]:
+    vs = s["as_target"]
+    same, differs = ((f"{vs['same_calls']}/{vs['compared']}", str(vs["choice_differs"]))
+                     if vs["compared"] else ("–", "–"))
     return [framework, method, f"{s['accuracy']:.1%} ({s['n_correct']}/{s['n']})",
             "/".join(str(s["end_states"][e]) for e in END_STATES),
             f"{s['model_turns_mean']:.1f}", f"{s['tool_calls_mean']:.1f}",
-            str(s["repeated_calls"]), str(s["invalid_calls"]), f"{s['latency_median_s']:.2f}",
-            f"{s['latency_mean_s']:.2f}", f"{s['new_tokens_mean']:.0f}",
+            str(s["repeated_calls"]), str(s["invalid_calls"]), same, differs,
+            f"{s['latency_median_s']:.2f}", f"{s['latency_mean_s']:.2f}",
+            fmt_cell(s["vs_token_sd"], ".2f", "x"), f"{s['new_tokens_mean']:.0f}",
             path_cell(s["paths_per_task"])]
 
 
@@ -91,7 +113,7 @@ def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
     by_framework = summarize(rows, methods)
     summary: dict[str, Any] = {
         "settings": {**settings.fingerprint(bounds), "n": settings.n, "offset": settings.offset,
-                     "frameworks": list(settings.frameworks),
+                     "frameworks": list(settings.frameworks), "agent_task": settings.agent_task,
                      "dataset_file": str(settings.dataset_file) if settings.dataset_file else None,
                      "methods": list(methods), "out_dir": str(settings.out_dir)},
         "environment": env, "n_problems": len({t.problem.uid for t in tasks}),
@@ -99,10 +121,13 @@ def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
     out = settings.out_dir
     (out / SUMMARY).write_text(json.dumps(summary, indent=2, default=str) + "\n")
     s = summary["settings"]
+    what = ("GSM8K problems" if settings.agent_task == "problem"
+            else "GSM8K worked answers as expressions")
     (out / TABLE).write_text(
-        f"# SpecGuard agents benchmark: {summary['n_problems']} GSM8K problems, calculator "
+        f"# SpecGuard agents benchmark: {summary['n_problems']} {what}, calculator "
         f"tools, turn limit {settings.turn_limit}\n\ndraft `{s['draft']}`, target "
         f"`{s['target']}`, {machine_line(env)}, {s['dtype']}, max "
         f"{s['max_new_tokens']} new tokens per turn\n\n" + summary["table"])
-    plot_groups(by_framework, f"GSM8K agents, {summary['n_problems']} problems", s, out / PLOT)
+    title = "GSM8K agents" if settings.agent_task == "problem" else "GSM8K expression agents"
+    plot_groups(by_framework, f"{title}, {summary['n_problems']} problems", s, out / PLOT)
     return summary

@@ -29,6 +29,7 @@ from specguard_bench.tool_calling.suites import (
     SUMMARY,
     TABLE,
     SuiteSettings,
+    as_target,
     check_suite_methods,
     method_config,
     path_cell,
@@ -129,19 +130,9 @@ def group_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def as_target(group: Sequence[Mapping[str, Any]], target: Mapping[str, Mapping[str, Any]]
-              ) -> dict[str, Any]:
-    """How a method's tasks compare with the target's rows of the same tasks (`target`: by uid):
-    tasks compared, tasks with exactly the target's calls (valid ones equal, invalid ones the same
-    text), tasks where it wrote a call (valid or not) and the target answered, or the other way
-    round."""
-    def calls(r: Mapping[str, Any]) -> tuple[Any, Any]:
-        return r["calls"], [c["raw"] for c in r["invalid_calls"]]
-
-    pairs = [(r, target[r["uid"]]) for r in group if r["uid"] in target]
-    return {"compared": len(pairs),
-            "same_calls": sum(calls(r) == calls(t) for r, t in pairs),
-            "choice_differs": sum(any(calls(r)) != any(calls(t)) for r, t in pairs)}
+def task_calls(r: Mapping[str, Any]) -> tuple[Any, Any]:
+    """A BFCL row's calls: the valid ones and the invalid ones' text."""
+    return r["calls"], [c["raw"] for c in r["invalid_calls"]]
 
 
 def summarize(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]
@@ -155,7 +146,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]
     for category in [*categories, "all"]:
         groups = {m: [r for r in rows if r["method"] == m
                       and (category == "all" or r["category"] == category)] for m in methods}
-        out[category] = {m: {**group_summary(g), "as_target": as_target(g, target)}
+        out[category] = {m: {**group_summary(g), "as_target": as_target(g, target, task_calls)}
                          for m, g in groups.items() if g}
         sd = out[category].get("token-sd")
         for s in out[category].values():

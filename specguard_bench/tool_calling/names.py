@@ -7,5 +7,7 @@ BFCL_METHODS: tuple[str, ...] = ("target", "draft", "token-sd", "specguard-balan
                                  "specguard-fast")
 AGENT_METHODS: tuple[str, ...] = ("target", "token-sd", "specguard-balanced")
 FRAMEWORKS: tuple[str, ...] = ("langchain", "llama_index")
+# what the agents suite asks: the GSM8K question, or its worked answer as one expression
+AGENT_TASKS: tuple[str, ...] = ("problem", "expression")
 # new-token caps per model call: a tool call (or several) after some reasoning
 DEFAULT_MAX_NEW_TOKENS: dict[str, int] = {"bfcl": 512, "agents": 512}

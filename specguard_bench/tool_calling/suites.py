@@ -45,12 +45,18 @@ class SuiteSettings(BenchSettings):
     categories: tuple[str, ...] = ()  # bfcl: the shipped categories to run (empty: all)
     turn_limit: int = 8  # agents: the most model turns one task may take
     frameworks: tuple[str, ...] = FRAMEWORKS  # agents: which frameworks run the agent
+    # agents: "problem" asks the GSM8K question; "expression" asks to compute the problem's
+    # worked answer chained into one expression (`tool_calling.expressions`), which the pair
+    # works out with the calculator where it answers a word problem in prose
+    agent_task: str = "problem"
 
     def fingerprint(self, bounds: NormBounds | None) -> dict[str, Any]:
         """`BenchSettings.fingerprint` plus the suite (and, for agents, the turn limit)."""
         extra: dict[str, Any] = {"suite": self.suite}
         if self.suite == "agents":
             extra["turn_limit"] = self.turn_limit
+            if self.agent_task != "problem":
+                extra["agent_task"] = self.agent_task
         return {**super().fingerprint(bounds), **extra}
 
 
@@ -135,6 +141,18 @@ def run_suite(settings: SuiteSettings, tasks: Sequence[TaskT], methods: Sequence
     env = (environment(used) if used is not None
            else previous_environment(settings.out_dir / SUMMARY, settings.device))
     return rows, env, bounds
+
+
+def as_target(group: Sequence[Mapping[str, Any]], target: Mapping[str, Mapping[str, Any]],
+              calls: Callable[[Mapping[str, Any]], Sequence[Any]]) -> dict[str, Any]:
+    """How a method's tasks compare with the target's rows of the same tasks (`target`: by uid;
+    `calls(row)`: what a task called, as a sequence whose parts are empty when it called
+    nothing): tasks compared, tasks with exactly the target's calls, and tasks where it wrote a
+    call and the target wrote none, or the other way round."""
+    pairs = [(r, target[r["uid"]]) for r in group if r["uid"] in target]
+    return {"compared": len(pairs),
+            "same_calls": sum(calls(r) == calls(t) for r, t in pairs),
+            "choice_differs": sum(any(calls(r)) != any(calls(t)) for r, t in pairs)}
 
 
 def path_counts(steps: Iterable[StepRecord]) -> dict[str, int]:

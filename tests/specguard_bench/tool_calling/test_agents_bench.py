@@ -102,3 +102,56 @@ def test_the_frameworks_own_limits_count_as_the_turn_limit() -> None:
     wrapped.__cause__ = TurnLimitReached("turn limit of 3 model turns reached")
     assert end_state(wrapped) == "turn_limit"
     assert end_state(ValueError("the chat template cannot render this")) == "error"
+
+
+def test_the_expression_task_asks_for_the_chained_worked_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    asked = "Compute (16 - 3 - 4) * 2."
+
+    def reply(prompt: str) -> str:
+        if asked not in prompt:
+            return "5"  # the warm-up
+        return SOLVE[min(prompt.count("<tool_response>"), len(SOLVE) - 1)]
+
+    engine = scripted_engine(tmp_path / "tok", reply, reply)
+    monkeypatch.setattr(engines, "load_engine", lambda *a, **k: engine)
+    out = tmp_path / "run"
+    assert main(["bench", "--suite", "agents", "--agent-task", "expression", "--n", "1",
+                 "--out", str(out), "--no-progress", "--turn-limit", "5"]) == 0
+    rows = [json.loads(line) for line in (out / RESULTS).read_text().splitlines()]
+    assert {r["uid"] for r in rows} == {"langchain/gsm8k-expression/0",
+                                         "llama_index/gsm8k-expression/0"}
+    assert all(r["correct"] and r["tool_calls"] == 3 for r in rows)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["settings"]["agent_task"] == "expression"
+    balanced = summary["frameworks"]["langchain"]["specguard-balanced"]
+    assert balanced["as_target"] == {"compared": 1, "same_calls": 1, "choice_differs": 0}
+    assert balanced["vs_token_sd"] > 0
+    assert "1 GSM8K worked answers as expressions" in (out / "results.md").read_text()
+    # a folder of the other task does not resume as this one
+    assert main(["bench", "--suite", "agents", "--n", "1", "--out", str(out), "--no-progress",
+                 "--turn-limit", "5"]) == 2
+    assert "agent_task" in capsys.readouterr().err
+
+
+def row(uid: str, method: str, turns: list[list[tuple[str, dict[str, int]]]]) -> dict[str, Any]:
+    return {"uid": uid, "framework": "langchain", "method": method, "correct": True,
+            "end_state": "answered", "model_turns": len(turns), "repeated_calls": 0,
+            "invalid_calls": 0, "latency_s": 1.0, "new_tokens": 10, "paths": None,
+            "tool_calls": sum(len(t) for t in turns),
+            "turns": [{"calls": [{"name": n, "arguments": a} for n, a in t],
+                       "invalid_calls": []} for t in turns]}
+
+
+def test_calls_are_compared_with_the_targets_turn_by_turn() -> None:
+    from specguard_bench.tool_calling.agents_report import summarize
+
+    first, second = [("add", {"a": 1, "b": 2})], [("multiply", {"a": 3, "b": 3})]
+    rows = [row("t/1", "target", [first, second, []]), row("t/2", "target", [[]]),
+            row("t/3", "target", [first, []]),
+            row("t/1", "token-sd", [first, second, []]), row("t/2", "token-sd", [first, []]),
+            row("t/3", "token-sd", [[], first, []])]  # t/3: the same call a turn late
+    s = summarize(rows, ["target", "token-sd"])["langchain"]
+    assert s["target"]["as_target"] == {"compared": 3, "same_calls": 3, "choice_differs": 0}
+    assert s["token-sd"]["as_target"] == {"compared": 3, "same_calls": 1, "choice_differs": 1}
