@@ -2,8 +2,8 @@
 # The agent benchmarks on the default pair, CPU. Resumable: rerun to continue; grows in
 # stages so a run stopped early still covers every category. BFCL: the first ids of each category;
 # agents: GSM8K test problems, and their worked answers as expressions, with calculator tools
-# through LangChain and LlamaIndex. One torch
-# thread pinned to CPU $BENCH_CPU (default 1; empty: no pinning). DTYPE (default bfloat16) picks
+# through LangChain and LlamaIndex. One torch thread pinned to CPU $BENCH_CPU (default 1; empty:
+# no pinning). DTYPE (default bfloat16) picks
 # the weights' precision; another precision writes beside it (`...-cpu1core-float32`). On a CPU
 # without bf16 instructions float32 is the faster one.
 set -euo pipefail

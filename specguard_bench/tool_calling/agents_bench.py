@@ -9,8 +9,8 @@ are the same for every method) with the tools add, subtract, multiply and divide
 system prompt. The turn limit is the same for both frameworks: the model call after the limit
 raises `TurnLimitReached` inside the framework (the frameworks' own limits, LangChain's
 recursion limit and LlamaIndex's `max_iterations`, are set above it and count as the turn limit
-too if hit). A framework that raises is that task's end
-state (`turn_limit` or `error`, with the message), never a crash of the run.
+too if hit). A framework that raises is that task's end state (`turn_limit` or `error`, with the
+message), never a crash of the run.
 
 Stored per task: the final answer and its grade (math-verify, `answers.grade`), the end state
 (`answered`, `turn_limit`, `error`), model turns, tool calls, repeated identical calls, invalid

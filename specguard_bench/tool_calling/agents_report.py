@@ -26,7 +26,9 @@ from specguard_bench.tool_calling.suites import (
     SUMMARY,
     TABLE,
     SuiteSettings,
+    add_vs_token_sd,
     as_target,
+    as_target_cells,
     check_suite_methods,
     path_cell,
     paths_per_task,
@@ -72,9 +74,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]
                   for m in methods}
         out[framework] = {m: {**group_summary(g), "as_target": as_target(g, target, task_calls)}
                           for m, g in groups.items() if g}
-        sd = out[framework].get("token-sd")
-        for s in out[framework].values():
-            s["vs_token_sd"] = s["latency_mean_s"] / sd["latency_mean_s"] if sd else None
+        add_vs_token_sd(out[framework])
     return out
 
 
@@ -90,9 +90,7 @@ def markdown_table(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> st
 
 
 def _row(framework: str, method: str, s: Mapping[str, Any]) -> list[str]:
-    vs = s["as_target"]
-    same, differs = ((f"{vs['same_calls']}/{vs['compared']}", str(vs["choice_differs"]))
-                     if vs["compared"] else ("–", "–"))
+    same, differs = as_target_cells(s["as_target"])
     return [framework, method, f"{s['accuracy']:.1%} ({s['n_correct']}/{s['n']})",
             "/".join(str(s["end_states"][e]) for e in END_STATES),
             f"{s['model_turns_mean']:.1f}", f"{s['tool_calls_mean']:.1f}",

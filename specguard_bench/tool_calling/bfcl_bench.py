@@ -29,7 +29,9 @@ from specguard_bench.tool_calling.suites import (
     SUMMARY,
     TABLE,
     SuiteSettings,
+    add_vs_token_sd,
     as_target,
+    as_target_cells,
     check_suite_methods,
     method_config,
     path_cell,
@@ -148,9 +150,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], methods: Sequence[str]
                       and (category == "all" or r["category"] == category)] for m in methods}
         out[category] = {m: {**group_summary(g), "as_target": as_target(g, target, task_calls)}
                          for m, g in groups.items() if g}
-        sd = out[category].get("token-sd")
-        for s in out[category].values():
-            s["vs_token_sd"] = s["latency_mean_s"] / sd["latency_mean_s"] if sd else None
+        add_vs_token_sd(out[category])
     return out
 
 
@@ -166,9 +166,7 @@ def markdown_table(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> st
 
 
 def _row(category: str, method: str, s: Mapping[str, Any]) -> list[str]:
-    vs = s["as_target"]
-    same, differs = ((f"{vs['same_calls']}/{vs['compared']}", str(vs["choice_differs"]))
-                     if vs["compared"] else ("–", "–"))
+    same, differs = as_target_cells(s["as_target"])
     return [category, method, f"{s['accuracy']:.1%} ({s['n_correct']}/{s['n']})",
             f"{fmt_cell(s['invalid_call_rate'], '.1%')} ({s['invalid_calls']}/{s['calls']})",
             same, differs, f"{s['latency_median_s']:.2f}", f"{s['latency_mean_s']:.2f}",

@@ -92,9 +92,10 @@ def _earlier(token: str, results: list[tuple[Fraction, str]]) -> str:
 
 
 def expression_problems(problems: list[Problem], n: int) -> list[Problem]:
-    """The first `n` of `problems` (GSM8K, with their worked answers) whose worked answer chains into an
-    expression, each asked as "Compute <expression>." with the same gold; `uid`
-    `gsm8k-expression/<index>`. Raises ValueError when none does."""
+    """The first `n` of `problems` (GSM8K, with their worked answers) whose worked answer
+    chains into an expression, each asked as "Compute <expression>." with the same gold and the
+    expression as its solution; `uid` `gsm8k-expression/<index>`. Raises ValueError when none
+    does."""
     out: list[Problem] = []
     for p in problems:
         if len(out) == n:

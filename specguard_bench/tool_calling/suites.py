@@ -155,6 +155,22 @@ def as_target(group: Sequence[Mapping[str, Any]], target: Mapping[str, Mapping[s
             "choice_differs": sum(any(calls(r)) != any(calls(t)) for r, t in pairs)}
 
 
+def add_vs_token_sd(groups: Mapping[str, dict[str, Any]]) -> None:
+    """Give each method's summary in `groups` its mean latency over token-level SD's
+    (`vs_token_sd`; None when token-SD did not run)."""
+    sd = groups.get("token-sd")
+    for s in groups.values():
+        s["vs_token_sd"] = s["latency_mean_s"] / sd["latency_mean_s"] if sd else None
+
+
+def as_target_cells(vs: Mapping[str, Any]) -> tuple[str, str]:
+    """The reports' "target's calls" and "call/answer differs" cells of an `as_target` result;
+    "–" for both when no task was compared."""
+    if not vs["compared"]:
+        return "–", "–"
+    return f"{vs['same_calls']}/{vs['compared']}", str(vs["choice_differs"])
+
+
 def path_counts(steps: Iterable[StepRecord]) -> dict[str, int]:
     """How many of `steps` took each path."""
     counted = Counter(s.path for s in steps)
