@@ -156,8 +156,8 @@ class MethodEngine(SpecGuardEngine):
         if ends:
             end = ends[0] + 1
             n_new -= sum(len(g) for g in groups[end:])
-            pieces, groups, kinds, eos = _cut(handle, pieces, groups, end), groups[:end], \
-                kinds[:end], False
+            pieces, groups, kinds, eos = _cut(handle, ids, pieces, groups, end), \
+                groups[:end], kinds[:end], False
         records = []
         elapsed = time.perf_counter() - t0
         for i, (piece, group, kind) in enumerate(zip(pieces, groups, kinds, strict=True)):
@@ -211,10 +211,12 @@ class MethodEngine(SpecGuardEngine):
             model_name=self.model_name)
 
 
-def _cut(handle: Any, pieces: list[str], groups: list[list[int]], end: int) -> list[str]:
+def _cut(handle: Any, ids: list[int], pieces: list[str], groups: list[list[int]],
+         end: int) -> list[str]:
     """The first `end` pieces, the last one the whole text of its tokens: a token that spans the
-    cut (`}\n` after a bare call) stays whole, as in the engine's steps."""
-    kept = [token for group in groups[:end] for token in group]
+    cut (`}\n` after a bare call) stays whole, as in the engine's steps. `ids` are the text's
+    tokens (`groups` may end with the end-of-turn token, whose text is never the model's)."""
+    kept = ids[:sum(len(group) for group in groups[:end])]
     head = sum(len(p) for p in pieces[:end - 1])
     return pieces[:end - 1] + [handle.decode(kept)[head:]]
 

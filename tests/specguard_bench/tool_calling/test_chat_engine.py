@@ -24,7 +24,7 @@ def test_a_token_that_spans_the_end_of_a_bare_call_stays_whole() -> None:
     assert pieces[0].endswith("}}")  # the text's own step ends with the JSON
     groups = _split_ids(handle, ids, pieces)
     assert groups[0] == [0, 1]  # the spanning token goes to the call
-    assert _cut(handle, pieces, groups, 1) == ['{"name": "add", "arguments": {"a": 1, "b": 2}}\n']
+    assert _cut(handle, ids, pieces, groups, 1) == ['{"name": "add", "arguments": {"a": 1, "b": 2}}\n']
 
 
 def test_a_cut_on_a_token_boundary_keeps_the_pieces() -> None:
@@ -33,4 +33,19 @@ def test_a_cut_on_a_token_boundary_keeps_the_pieces() -> None:
     rules = StepRules().with_tools(["add"])
     pieces = segment(handle.decode(ids), rules)
     groups = _split_ids(handle, ids, pieces)
-    assert _cut(handle, pieces, groups, 2) == pieces[:2]
+    assert _cut(handle, ids, pieces, groups, 2) == pieces[:2]
+
+
+def test_the_end_of_turn_token_after_a_last_call_is_not_its_text() -> None:
+    # the baseline appends the end-of-turn token to the last group; the call's text is still
+    # parseable, as the engine's (before, the cut read "```<|im_end|>" and the call was lost)
+    handle = Tokens(["```json\n", '{"name": "add", "arguments": {"a": 1, "b": 2}}', "\n```",
+                     "<|im_end|>"])
+    ids = [0, 1, 2]
+    rules = StepRules().with_tools(["add"])
+    pieces = segment(handle.decode(ids), rules)
+    groups = _split_ids(handle, ids, pieces)
+    groups[-1].append(3)
+    cut = _cut(handle, ids, pieces, groups, len(pieces))
+    assert "".join(cut) == handle.decode(ids)
+    assert "<|im_end|>" not in cut[-1]
