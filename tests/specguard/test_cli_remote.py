@@ -27,15 +27,17 @@ def test_run_with_a_target_url(pair_dirs: tuple[Path, Path],
     assert passes > 0  # the balanced preset checks every step on the server
 
 
-def test_remote_flag_misuse_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_remote_flag_misuse_is_one_error_line(pair_dirs: tuple[Path, Path],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    draft = str(pair_dirs[0])  # a draft every machine has: the cached pair may not be fetched
     assert main(["run", "Hi", "--target-model", "m"]) == 2
     assert "--target-model needs --target-url" in capsys.readouterr().err
     url = f"http://127.0.0.1:{free_port()}/v1"
-    assert main(["run", "Hi", "--draft", "qwen0.5b", "--target-url", url]) == 2
+    assert main(["run", "Hi", "--draft", draft, "--target-url", url, "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "cannot reach the target server" in err and "Traceback" not in err
     # the server places a served target: a target placement flag is refused before any call
-    assert main(["run", "Hi", "--draft", "qwen0.5b", "--target-url", url,
+    assert main(["run", "Hi", "--draft", draft, "--target-url", url,
                  "--target-dtype", "float32"]) == 2
     err = capsys.readouterr().err
     assert "target_dtype places an in-process target" in err and "Traceback" not in err
