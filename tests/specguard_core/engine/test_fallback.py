@@ -274,12 +274,54 @@ def test_a_draft_run_ends_on_the_product_of_its_probabilities(knobs: dict[str, f
                                                               run: int) -> None:
     from specguard_core.engine.fallback import _draft_run
 
-    cfg = SpecGuardConfig(temperature=0.0, **knobs)
+    cfg = SpecGuardConfig(temperature=0.0, **knobs).merged(draft_lookahead=0)  # no cache here
     req: Any = SimpleNamespace(cfg=cfg, generator=torch.Generator().manual_seed(0),
                                shaping=Shaping.of(cfg))
     toks, probs, rows, lps = _draft_run(_SureDraft(), SimpleNamespace(ids=[1, 2]), 16, req)  # type: ignore[arg-type]
     assert toks == [5] * run and len(lps) == run
     assert all(abs(lp - math.log(0.9)) < 1e-5 for lp in lps if lp is not None)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_draft_lookahead_changes_the_forwards_not_the_output(engine: SpecGuardEngine,
+                                                             temperature: float) -> None:
+    """Guessed tokens the draft checks in its forwards (prompt lookup) leave every token the same:
+    greedy, and sampling with the same seed (one sample per token either way)."""
+    runs = {look: engine.generate(QUESTION, tau=math.inf, temperature=temperature, seed=3,
+                                  draft_lookahead=look) for look in (0, 8)}
+    assert all_ids(runs[8]) == all_ids(runs[0])
+    assert [(s.draft_wasted, s.target_passes) for s in runs[8].steps] == \
+        [(s.draft_wasted, s.target_passes) for s in runs[0].steps]
+    saved = runs[0].stats.draft.forward_calls - runs[8].stats.draft.forward_calls
+    assert saved > 0 if temperature == 0 else saved >= 0  # sampled text repeats too little here
+
+
+def test_a_lookahead_run_keeps_only_the_drafts_own_tokens() -> None:
+    """`_draft_run` with guesses on a draft whose reply repeats itself: the same run as without,
+    in fewer forwards, its cache holding all but the last token (the guesses the draft did not
+    pick rolled back), so the draft goes on from there on its script."""
+    from specguard_core.engine.fallback import _draft_run
+    from specguard_core.testing import scripted_engine
+
+    reply = "So 48 + 24 = 72, and again 48 + 24 = 72, and once more 48 + 24 = 72 clips."
+    eng = scripted_engine(lambda prompt: reply)
+    prompt = eng.prompt_ids("How many clips?")
+    runs = {}
+    for look in (0, 8):
+        state = eng.draft.new_state()
+        eng.draft.extend(state, prompt)
+        cfg = eng.config.merged(sd_run_confidence=0.0, draft_lookahead=look)
+        req: Any = SimpleNamespace(cfg=cfg, generator=torch.Generator().manual_seed(0),
+                                   shaping=Shaping.of(cfg))
+        calls = state.counters.forward_calls
+        toks, probs, _rows, lps = _draft_run(eng.draft, state, 30, req)
+        assert state.ids == prompt + toks[:-1]
+        assert state.cache.get_seq_length() == len(state.ids)
+        assert int(eng.draft.next_logits(state).argmax()) == toks[-1]
+        runs[look] = (toks, probs, lps, state.counters.forward_calls - calls)
+    assert eng.draft.decode(runs[0][0]) == reply[: len(eng.draft.decode(runs[0][0]))]
+    assert runs[8][:3] == runs[0][:3]
+    assert runs[8][3] < runs[0][3] - 5  # the repeats came from guesses
 
 
 def test_the_sampled_fallback_draws_k_samples_when_fallback_k_is_unset(
