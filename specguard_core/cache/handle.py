@@ -140,6 +140,12 @@ class ModelHandle:
             del state.ids[n_tokens:]
             state.logits = None
 
+    def crop_uncommitted(self, state: CacheState, n_tokens: int) -> None:
+        """Keep the committed prefix and the first `n_tokens` positions fed after it (a proposal's
+        fed tokens) in the cache; forget the positions after them (guesses the draft did not
+        pick: `engine/proposer.py`)."""
+        state.counters.discarded += _crop(local_cache(state), len(state.ids) + n_tokens)
+
     def fork(self, state: CacheState, k: int) -> None:
         """Repeat the single cache row `k` times for a batched proposal."""
         if k > 1:

@@ -46,6 +46,14 @@ class Forward:
     # every layer's hidden states when asked for: index 0 = embeddings, i = after block i
     layers: tuple[torch.Tensor, ...] | None = None  # each [b, q, d]
 
+    def position(self, i: int) -> Forward:
+        """This forward as if it had fed positions up to `i` only: what position `i` gives
+        (logits `[b, 1, V]`, hidden states `[b, 1, d]`)."""
+        def at(x: torch.Tensor) -> torch.Tensor:
+            return x[:, i:i + 1]
+        return Forward(at(self.logits), None if self.hidden is None else at(self.hidden),
+                       None if self.layers is None else tuple(at(h) for h in self.layers))
+
 
 @dataclass
 class TentativePass:

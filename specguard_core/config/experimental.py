@@ -50,10 +50,12 @@ class ExperimentalConfig(BaseModel):
     sd_confidence: float = Field(0.0, ge=0.0, le=1.0, description="speculative fallback: the draft "
                                  "ends its run after a token it gives less than this probability "
                                  "(transformers' assistant_confidence_threshold; 0: never)")
-    draft_lookahead: int = Field(8, ge=0, le=64, description="speculative fallback: each draft "
-                                 "forward also checks up to this many tokens guessed from an "
-                                 "earlier occurrence of the text's last tokens (prompt lookup); "
-                                 "the draft's run is the same, its forwards fewer (0: off)")
+    draft_lookahead: int = Field(8, ge=0, le=64, description="each draft forward (speculative "
+                                 "fallback runs; a step proposal of one candidate without "
+                                 "attention capture) also checks up to this many tokens guessed "
+                                 "from an earlier occurrence of the text's last tokens (prompt "
+                                 "lookup): the draft writes the same tokens in fewer forwards "
+                                 "(0: off)")
 
     @model_validator(mode="after")
     def _check(self) -> ExperimentalConfig:

@@ -40,6 +40,7 @@ class SampleSpec:
     pool_layers: tuple[int, ...] = ()  # hidden-state layers (0 = embeddings) to mean-pool per step
     shaping: Shaping = NO_SHAPING  # top-k, min-p, repetition penalty (`sampling.Shaping`)
     grace: int = 0  # tokens past max_tokens a step may take to complete its first character
+    lookahead: int = 0  # k = 1 without capture: prompt-lookup guesses fed with each token (0: none)
 
 
 @dataclass

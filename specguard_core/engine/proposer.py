@@ -19,7 +19,8 @@ import torch
 
 from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.handle import ModelHandle
-from specguard_core.cache.state import CacheState
+from specguard_core.cache.state import CacheState, Forward
+from specguard_core.decoding.lookup import lookup_guess
 from specguard_core.decoding.proposal import Candidate, Proposal, SampleSpec
 from specguard_core.decoding.sampling import sample_with_probs
 from specguard_core.engine.verify.signals import sparsify_rows
@@ -50,6 +51,7 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
     pool_sums: dict[int, torch.Tensor] = {}  # layer -> [k, d]
     whole_logits: dict[int, torch.Tensor] = {}  # row -> [V] after its last whole character
     history = spec.shaping.history(state.ids, k, dev)  # [k, n0 + t] for the penalty (None: none)
+    guesses = _Guesses(handle, state, spec) if _guessing(spec) else None
     for t in range(spec.max_tokens + spec.grace if spec.max_tokens else 0):  # `StepText.room`
         if check is not None:
             check()
@@ -78,21 +80,14 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
         if not fed:
             break
         recorder = AttentionRecorder(spec.capture_layers) if spec.capture_layers else None
-        out = handle.forward(state, tokens[:, None], hidden=spec.hidden or bool(spec.pool_layers),
-                             recorder=recorder)
+        if guesses is not None:
+            out = guesses.feed(int(toks[0]))
+        else:
+            out = handle.forward(state, tokens[:, None],
+                                 hidden=spec.hidden or bool(spec.pool_layers), recorder=recorder)
         logits = out.logits[:, -1]  # [k, V]
-        if recorder is not None:
-            att = sparsify_rows(recorder.stacked()[:, :, -1], spec.sparsify_threshold)  # [k, L, n]
-            att_rows.append(att[:, :, n0: n0 + t + 1])
-        fed_mask = torch.zeros(k, 1, device=dev)
-        fed_mask[fed] = 1.0
-        if out.hidden is not None and spec.hidden:
-            h = out.hidden[:, -1].float() * fed_mask  # [k, d]
-            emb_sum = h if emb_sum is None else emb_sum + h
-        for layer in spec.pool_layers:
-            assert out.layers is not None
-            h = out.layers[layer][:, -1].float() * fed_mask  # [k, d], rows not fed: 0
-            pool_sums[layer] = h if layer not in pool_sums else pool_sums[layer] + h
+        emb_sum = _captured(out, recorder, spec, fed, att_rows, pool_sums, emb_sum,
+                            slice(n0, n0 + t + 1))
         for i in fed:
             c = cands[i]
             c.n_fed += 1
@@ -107,6 +102,8 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
                 cands[0].end, cands[0].next_logits = "refused", logits[0]
         if all(c.end is not None for c in cands):
             break
+    if guesses is not None:
+        guesses.close()
     rows = _square(att_rows, k, len(spec.capture_layers or ()), dev)  # [k, L, T, T] or None
     for i, c in enumerate(cands):
         c.end = c.end or "budget"
@@ -120,6 +117,69 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
             c.embedding = emb_sum[i] / max(1, c.n_fed)
         c.pooled = {layer: (sums[i] / max(1, c.n_fed)).cpu() for layer, sums in pool_sums.items()}
     return Proposal(handle, state, cands)
+
+
+def _captured(out: Forward, recorder: AttentionRecorder | None, spec: SampleSpec, fed: list[int],
+              att_rows: list[torch.Tensor], pool_sums: dict[int, torch.Tensor],
+              emb_sum: torch.Tensor | None, step_cols: slice) -> torch.Tensor | None:
+    """Add one decode step's captures for the rows in `fed`: its attention rows on the step's
+    columns `step_cols` (to `att_rows`), the pooled hidden layers (to `pool_sums`); returns the
+    grown sum of last hidden states (`emb_sum`)."""
+    k = out.logits.shape[0]
+    if recorder is not None:
+        att = sparsify_rows(recorder.stacked()[:, :, -1], spec.sparsify_threshold)  # [k, L, n]
+        att_rows.append(att[:, :, step_cols])
+    fed_mask = torch.zeros(k, 1, device=out.logits.device)
+    fed_mask[fed] = 1.0
+    if out.hidden is not None and spec.hidden:
+        h = out.hidden[:, -1].float() * fed_mask  # [k, d]
+        emb_sum = h if emb_sum is None else emb_sum + h
+    for layer in spec.pool_layers:
+        assert out.layers is not None
+        h = out.layers[layer][:, -1].float() * fed_mask  # [k, d], rows not fed: 0
+        pool_sums[layer] = h if layer not in pool_sums else pool_sums[layer] + h
+    return emb_sum
+
+
+def _guessing(spec: SampleSpec) -> bool:
+    """Whether a proposal feeds prompt-lookup guesses: one candidate and no attention capture (a
+    multi-token forward would record the guesses' attention rows too)."""
+    return spec.lookahead > 0 and spec.k == 1 and not spec.capture_layers
+
+
+class _Guesses:
+    """The forwards of a one-candidate proposal with prompt-lookup guesses: feeding a token also
+    feeds the tokens `lookup_guess` expects after it, so a token the draft then picks as guessed
+    needs no forward; `close` forgets the guesses it did not pick. The cache holds the prefix,
+    the fed step tokens, then the pending guesses."""
+
+    def __init__(self, handle: ModelHandle, state: CacheState, spec: SampleSpec) -> None:
+        self.handle, self.state, self.spec = handle, state, spec
+        self.fed: list[int] = []  # step tokens in the cache after the prefix
+        self.guess: list[int] = []  # guessed tokens in the cache after them
+        self.out: Forward | None = None  # the last forward: [the token, *guesses fed with it]
+        self.at = 0  # the position of the last fed token in `out`
+
+    def feed(self, tok: int) -> Forward:
+        """Feed the draft's token `tok`; what the forward gives at its position (the logits
+        `[1, 1, V]` predicting the token after it, its hidden states when the spec pools them)."""
+        if self.out is not None and self.guess and self.guess[0] == tok:
+            self.guess, self.at = self.guess[1:], self.at + 1
+        else:
+            self.close()
+            self.guess = lookup_guess(self.state.ids + self.fed + [tok], self.spec.lookahead)
+            self.out = self.handle.forward(self.state, torch.tensor([[tok] + self.guess]),
+                                           all_logits=bool(self.guess), tentative=bool(self.guess),
+                                           hidden=self.spec.hidden or bool(self.spec.pool_layers))
+            self.at = 0
+        self.fed.append(tok)
+        return self.out.position(self.at)
+
+    def close(self) -> None:
+        """Forget the guesses not picked: the cache holds the prefix and the fed tokens."""
+        if self.guess:
+            self.handle.crop_uncommitted(self.state, len(self.fed))
+            self.guess = []
 
 
 def _square(att_rows: list[torch.Tensor], k: int, n_layers: int, device: torch.device

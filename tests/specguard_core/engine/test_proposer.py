@@ -62,3 +62,40 @@ def test_a_watched_proposal_has_one_candidate(tiny_pair: tuple[Any, Any, Any, An
     assert cand.end == "refused" and len(cand.token_ids) == cand.n_fed == 3 and seen == [1, 2, 3]
     proposal.keep(0)
     assert len(state.ids) == 10
+
+
+@pytest.mark.parametrize("pool", [(), (0,)])
+@pytest.mark.parametrize("refuse_at", [None, 22])  # 22: inside the first guessed repeat
+def test_guesses_change_the_forwards_not_the_proposal(refuse_at: int | None,
+                                                      pool: tuple[int, ...]) -> None:
+    """A one-candidate proposal with prompt-lookup guesses on a draft whose reply repeats itself:
+    the same step, probabilities, end and pooled hidden states in fewer forwards (watched or
+    not), and the cache holds the prefix and the fed tokens, the guesses not picked forgotten."""
+    from specguard_core.testing import scripted_engine
+
+    reply = "So 48 + 24 = 72, and again 48 + 24 = 72, and once more 48 + 24 = 72 clips."
+    eng = scripted_engine(lambda prompt: reply)
+    handle, prompt = eng.draft, eng.prompt_ids("How many clips?")
+    rules = StepRules.for_tokenizer(eng.draft.tokenizer, ("\n\n",))
+    seen: dict[int, tuple[Any, ...]] = {}
+    for look in (0, 8):
+        state = handle.new_state()
+        handle.extend(state, prompt)
+        calls = state.counters.forward_calls
+        spec = SampleSpec(1, 0.0, 1.0, 64, rules, pool_layers=pool, lookahead=look)
+        proposal = propose(handle, state, spec, torch.Generator(),
+                           watch=lambda ids, lps: refuse_at is not None and len(ids) == refuse_at)
+        cand = proposal.candidates[0]
+        assert state.cache.get_seq_length() == len(prompt) + cand.n_fed
+        pooled = [(layer, v.tolist()) for layer, v in cand.pooled.items()]
+        assert len(pooled) == len(pool)
+        seen[look] = (cand.token_ids, cand.logprobs, cand.end, cand.n_fed, pooled,
+                      state.counters.forward_calls - calls)
+        proposal.keep(0)
+        if cand.end == "refused":  # the draft goes on from the kept tokens on its script
+            n = len(cand.token_ids)
+            assert int(handle.next_logits(state).argmax()) == handle.encode(reply)[n]
+    assert seen[8][:5] == seen[0][:5]
+    text = handle.tokenizer.decode(seen[0][0], skip_special_tokens=True)
+    assert text and reply.startswith(text)
+    assert seen[8][5] < seen[0][5] - (5 if refuse_at is None else 0)  # repeats came from guesses
