@@ -282,18 +282,22 @@ def test_a_draft_run_ends_on_the_product_of_its_probabilities(knobs: dict[str, f
     assert all(abs(lp - math.log(0.9)) < 1e-5 for lp in lps if lp is not None)
 
 
+@pytest.mark.parametrize("tau", [math.inf, -math.inf])  # every step to the fallback / kept
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_draft_lookahead_changes_the_forwards_not_the_output(engine: SpecGuardEngine,
-                                                             temperature: float) -> None:
-    """Guessed tokens the draft checks in its forwards (prompt lookup) leave every token the same:
-    greedy, and sampling with the same seed (one sample per token either way)."""
-    runs = {look: engine.generate(QUESTION, tau=math.inf, temperature=temperature, seed=3,
-                                  draft_lookahead=look) for look in (0, 8)}
+                                                             temperature: float, tau: float) -> None:
+    """Guessed tokens the draft checks in its forwards (prompt lookup) leave every token the same
+    (float32): greedy, and sampling with the same seed (one sample per token either way); in the
+    fallback's draft runs and in the draft's own steps."""
+    runs = {look: engine.generate(QUESTION, tau=tau, temperature=temperature, seed=3, beta=1.0,
+                                  draft_lookahead=look) for look in (0, 8)}  # beta 1: no capture
     assert all_ids(runs[8]) == all_ids(runs[0])
     assert [(s.draft_wasted, s.target_passes) for s in runs[8].steps] == \
         [(s.draft_wasted, s.target_passes) for s in runs[0].steps]
     saved = runs[0].stats.draft.forward_calls - runs[8].stats.draft.forward_calls
-    assert saved > 0 if temperature == 0 else saved >= 0  # sampled text repeats too little here
+    # this pair's greedy fallback text repeats itself; its sampled and draft-only texts too
+    # little to save a forward (the scripted tests below and in test_proposer.py do)
+    assert saved > 0 if temperature == 0 and tau == math.inf else saved >= 0
 
 
 def test_a_lookahead_run_keeps_only_the_drafts_own_tokens() -> None:
