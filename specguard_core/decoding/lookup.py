@@ -4,8 +4,9 @@ tokens (Saxena 2023, "prompt lookup decoding"; transformers' `prompt_lookup_num_
 Reasoning text repeats itself: numbers and phrases of the question, an equation's terms in the
 next line. `lookup_guess` finds the most recent earlier place where the sequence's last n tokens
 (n from `max_ngram` down to 1) occur and returns what followed there. The draft checks such
-guesses against its own choices in one forward (`engine/fallback.py`), so a guess never changes
-what the draft proposes, only how many forwards it takes. Pure Python over token ids.
+guesses against its own choices in one forward (its fallback runs in `engine/fallback.py`, its
+step proposals in `engine/proposer.py`), so a guess never changes what the draft proposes, only
+how many forwards it takes. Pure Python over token ids.
 """
 
 from __future__ import annotations
