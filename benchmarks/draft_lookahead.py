@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from specguard import SpecGuardEngine
 from specguard_bench.common.methods import run_method
+from specguard_bench.reasoning.problems import INSTRUCTION, load_problems
 from specguard_core.models.options import LoadOptions
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k_test_dev.jsonl"
-SUFFIX = " Please reason step by step, and put your final answer within \\boxed{}."
 VARIANTS: list[tuple[str, dict[str, Any] | None]] = [
     ("token-sd", None),
     ("specguard-balanced", {"draft_lookahead": 0}),
@@ -57,10 +54,12 @@ def main() -> None:
     seen: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
     _timed(engine.draft.model, "draft", seen)
     _timed(engine.target.model, "target", seen)
-    questions = [json.loads(line)["question"] for line in DATA.open()]
     total: dict[str, float] = collections.defaultdict(float)
     for index in (int(i) for i in args.problems.split(",")):
-        messages = [{"role": "user", "content": questions[index] + SUFFIX}]
+        question = load_problems("gsm8k", 1, index)[0].question
+        # the instruction after a space, not the bench's newline (`messages_for`): how the note's
+        # figures were measured
+        messages = [{"role": "user", "content": f"{question} {INSTRUCTION}"}]
         texts = {}
         for method, sets in VARIANTS:
             seen.clear()
