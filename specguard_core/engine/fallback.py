@@ -28,7 +28,7 @@ import torch
 
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState, Target, TentativePass
-from specguard_core.decoding.lookup import lookup_guess
+from specguard_core.decoding.lookup import GuessFeed
 from specguard_core.decoding.proposal import Proposal, SampleSpec
 from specguard_core.decoding.sampling import nucleus_probs, sample_with_probs
 from specguard_core.engine.proposer import StepText, propose
@@ -202,24 +202,23 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
                ) -> tuple[list[int], list[float], list[torch.Tensor], list[float]]:
     """The draft proposes up to `g` tokens after its committed prefix (stopping at EOS): (tokens,
     their sampling probabilities q(x), the draft's penalised logits `[V]` at each, their raw
-    log-probabilities). All but the last are fed (committed here; the caller rolls back what the
-    target rejects).
+    log-probabilities). All but the last are fed and committed here (the caller rolls back what
+    the target rejects).
 
-    With `draft_lookahead`, each forward also feeds the tokens `lookup_guess` expects next, as a
-    tentative pass; a guess the draft then picks itself (the same sample of the same logits) costs
-    no forward of its own, and the pass keeps only the tokens the draft picked. The run's tokens
-    and probabilities are the draft's own either way, only its forwards are fewer."""
+    The forwards go through a `GuessFeed`: with `draft_lookahead`, each also feeds the tokens
+    prompt lookup expects next, and a guess the draft then picks itself (the same sample of the
+    same logits) costs no forward of its own. The run's tokens and probabilities are the draft's
+    own either way, only its forwards are fewer."""
     toks: list[int] = []
     probs: list[float] = []
     rows: list[torch.Tensor] = []
     lps: list[float] = []
     shaping, cfg = req.shaping, req.cfg
-    ahead: TentativePass | None = None  # fed after the committed prefix: the run's tokens, guesses
-    at = 0  # the tokens of `ahead` the run holds; row `at` of its logits predicts the next one
+    feed = GuessFeed(draft, state, cfg.draft_lookahead)
+    raw = draft.next_logits(state)  # [V] predicts the run's next token
     for j in range(max(1, g)):
-        before = state.ids + (ahead.ids[:at] if ahead is not None else [])
-        raw = draft.next_logits(state) if ahead is None else ahead.logits[at]  # [V]
-        logits = shaping.penalise(raw[None], shaping.history(before, 1, draft.device))[0]
+        logits = shaping.penalise(raw[None], shaping.history(state.ids + feed.fed, 1,
+                                                             draft.device))[0]  # [V]
         tok, prob = sample_with_probs(logits[None], cfg.temperature, cfg.top_p, req.generator,
                                       shaping=shaping)
         lp = raw[tok[0]].float() - torch.logsumexp(raw.float(), dim=-1)  # raw log p(tok)
@@ -229,22 +228,9 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
         probs.append(p)
         rows.append(logits)
         lps.append(logp)
-        fed = ahead is not None and at < len(ahead.ids) and ahead.ids[at] == int(t)
-        if ahead is not None and not fed:  # the draft parts from the guess: keep what it picked
-            ahead.keep(at)
-            ahead = None
-        elif fed:
-            at += 1
         if int(t) in draft.eos_ids or j == g - 1 or draft_doubts(
                 lps, cfg.sd_confidence, cfg.sd_run_confidence):
-            if ahead is not None:
-                ahead.keep(at - 1)  # the run's last token stays unfed
             break  # a token (or run) the draft doubts is likely refused: let the target judge now
-        if fed:
-            continue
-        guess = lookup_guess(before + [int(t)], min(cfg.draft_lookahead, g - j - 2))
-        if guess:
-            ahead, at = draft.try_tokens(state, [int(t)] + guess), 1
-        else:
-            draft.extend(state, [int(t)])
+        raw = feed.feed(int(t), room=g - j - 2).logits[0, -1]  # the run's last token stays unfed
+    feed.commit()
     return toks, probs, rows, lps

@@ -20,7 +20,7 @@ import torch
 from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState, Forward
-from specguard_core.decoding.lookup import lookup_guess
+from specguard_core.decoding.lookup import GuessFeed
 from specguard_core.decoding.proposal import Candidate, Proposal, SampleSpec
 from specguard_core.decoding.sampling import sample_with_probs
 from specguard_core.engine.verify.signals import sparsify_rows
@@ -51,7 +51,8 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
     pool_sums: dict[int, torch.Tensor] = {}  # layer -> [k, d]
     whole_logits: dict[int, torch.Tensor] = {}  # row -> [V] after its last whole character
     history = spec.shaping.history(state.ids, k, dev)  # [k, n0 + t] for the penalty (None: none)
-    guesses = _Guesses(handle, state, spec) if _guessing(spec) else None
+    guesses = GuessFeed(handle, state, spec.lookahead, hidden=spec.hidden or bool(spec.pool_layers)
+                        ) if _guessing(spec) else None
     for t in range(spec.max_tokens + spec.grace if spec.max_tokens else 0):  # `StepText.room`
         if check is not None:
             check()
@@ -145,41 +146,6 @@ def _guessing(spec: SampleSpec) -> bool:
     """Whether a proposal feeds prompt-lookup guesses: one candidate and no attention capture (a
     multi-token forward would record the guesses' attention rows too)."""
     return spec.lookahead > 0 and spec.k == 1 and not spec.capture_layers
-
-
-class _Guesses:
-    """The forwards of a one-candidate proposal with prompt-lookup guesses: feeding a token also
-    feeds the tokens `lookup_guess` expects after it, so a token the draft then picks as guessed
-    needs no forward; `close` forgets the guesses it did not pick. The cache holds the prefix,
-    the fed step tokens, then the pending guesses."""
-
-    def __init__(self, handle: ModelHandle, state: CacheState, spec: SampleSpec) -> None:
-        self.handle, self.state, self.spec = handle, state, spec
-        self.fed: list[int] = []  # step tokens in the cache after the prefix
-        self.guess: list[int] = []  # guessed tokens in the cache after them
-        self.out: Forward | None = None  # the last forward: [the token, *guesses fed with it]
-        self.at = 0  # the position of the last fed token in `out`
-
-    def feed(self, tok: int) -> Forward:
-        """Feed the draft's token `tok`; what the forward gives at its position (the logits
-        `[1, 1, V]` predicting the token after it, its hidden states when the spec pools them)."""
-        if self.out is not None and self.guess and self.guess[0] == tok:
-            self.guess, self.at = self.guess[1:], self.at + 1
-        else:
-            self.close()
-            self.guess = lookup_guess(self.state.ids + self.fed + [tok], self.spec.lookahead)
-            self.out = self.handle.forward(self.state, torch.tensor([[tok] + self.guess]),
-                                           all_logits=bool(self.guess), tentative=bool(self.guess),
-                                           hidden=self.spec.hidden or bool(self.spec.pool_layers))
-            self.at = 0
-        self.fed.append(tok)
-        return self.out.position(self.at)
-
-    def close(self) -> None:
-        """Forget the guesses not picked: the cache holds the prefix and the fed tokens."""
-        if self.guess:
-            self.handle.crop_uncommitted(self.state, len(self.fed))
-            self.guess = []
 
 
 def _square(att_rows: list[torch.Tensor], k: int, n_layers: int, device: torch.device

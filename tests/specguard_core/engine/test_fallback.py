@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
+from specguard_core.cache.state import Forward
 from specguard_core.decoding.sampling import Shaping
 from tests.fixtures import on_device
 from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
@@ -260,7 +261,10 @@ class _SureDraft:
         probs[5] = 0.9
         return probs.log()  # [V]
 
-    def extend(self, state: Any, ids: list[int]) -> None:
+    def forward(self, state: Any, input_ids: torch.Tensor, **kwargs: Any) -> Forward:
+        return Forward(self.next_logits(state).expand(1, input_ids.shape[1], -1), None)  # [1, q, V]
+
+    def commit_row(self, state: Any, row: int, ids: list[int], logits: Any) -> None:
         state.ids.extend(ids)
 
 
