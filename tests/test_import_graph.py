@@ -38,6 +38,7 @@ CORE_LAYERS = {
     "specguard_core.cache.handle": 3, "specguard_core.cache.batching": 3,
     "specguard_core.concurrency.padded": 4, "specguard_core.remote.http": 4,
     "specguard_core.text.step_text": 4, "specguard_core.engine.verify.bounds": 4,
+    "specguard_core.decoding.guesses": 4,
     "specguard_core.decoding.proposal": 5,
     "specguard_core.engine.proposer": 5, "specguard_core.engine.selector": 5,
     "specguard_core.engine.speculative": 5, "specguard_core.remote.served": 5,
@@ -56,7 +57,7 @@ CORE_LAYERS = {
     "specguard_core": 12,  # the package's lazy re-exports
 }
 # Folders of the core that never import another, whatever the modules' layers: `decoding/` (the
-# sampling and a proposal's data) sits below both the served target and the engine, `remote/`
+# sampling, prompt lookup and a proposal's data) sits below both the served target and the engine, `remote/`
 # below the engine that drives it.
 CORE_FOLDERS_BELOW = {
     "specguard_core.decoding": ("specguard_core.engine", "specguard_core.remote"),

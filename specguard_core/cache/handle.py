@@ -143,7 +143,7 @@ class ModelHandle:
     def crop_uncommitted(self, state: CacheState, n_tokens: int) -> None:
         """Keep the committed prefix and the first `n_tokens` positions fed after it (a proposal's
         fed tokens) in the cache; forget the positions after them (guesses the draft did not
-        pick: `decoding/lookup.py`'s `GuessFeed`)."""
+        pick: `decoding/guesses.py`)."""
         state.counters.discarded += _crop(local_cache(state), len(state.ids) + n_tokens)
 
     def fork(self, state: CacheState, k: int) -> None:

@@ -2,5 +2,5 @@
 and the token sampling that follows it (`sampling`: pure tensor maths), and the data a proposal
 carries (`proposal`: `SampleSpec`, how to sample a step; `Candidate`, one sampled step;
 `Proposal`, k candidates over a forked cache), and prompt lookup (`lookup`: the tokens a
-sequence's earlier text suggests next, and `GuessFeed`, which feeds them beside a model's own).
-The proposing itself is the engine's (`engine/proposer.py`)."""
+sequence's earlier text suggests next; `guesses`: a model's forwards that feed them beside its own
+tokens). The proposing itself is the engine's (`engine/proposer.py`)."""

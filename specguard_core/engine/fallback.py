@@ -28,7 +28,7 @@ import torch
 
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState, Target, TentativePass
-from specguard_core.decoding.lookup import GuessFeed
+from specguard_core.decoding.guesses import GuessFeed
 from specguard_core.decoding.proposal import Proposal, SampleSpec
 from specguard_core.decoding.sampling import nucleus_probs, sample_with_probs
 from specguard_core.engine.proposer import StepText, propose
@@ -214,10 +214,10 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
     rows: list[torch.Tensor] = []
     lps: list[float] = []
     shaping, cfg = req.shaping, req.cfg
-    feed = GuessFeed(draft, state, cfg.draft_lookahead)
+    guesses = GuessFeed(draft, state, cfg.draft_lookahead)
     raw = draft.next_logits(state)  # [V] predicts the run's next token
     for j in range(max(1, g)):
-        logits = shaping.penalise(raw[None], shaping.history(state.ids + feed.fed, 1,
+        logits = shaping.penalise(raw[None], shaping.history(state.ids + guesses.fed, 1,
                                                              draft.device))[0]  # [V]
         tok, prob = sample_with_probs(logits[None], cfg.temperature, cfg.top_p, req.generator,
                                       shaping=shaping)
@@ -230,7 +230,7 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
         lps.append(logp)
         if int(t) in draft.eos_ids or j == g - 1 or draft_doubts(
                 lps, cfg.sd_confidence, cfg.sd_run_confidence):
-            break  # a token (or run) the draft doubts is likely refused: let the target judge now
-        raw = feed.feed(int(t), room=g - j - 2).logits[0, -1]  # the run's last token stays unfed
-    feed.commit()
+            break  # the run's last token stays unfed; one the draft doubts is likely refused
+        raw = guesses.feed(int(t), room=g - j - 2).logits[0, -1]
+    guesses.commit()
     return toks, probs, rows, lps

@@ -20,7 +20,7 @@ import torch
 from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import CacheState, Forward
-from specguard_core.decoding.lookup import GuessFeed
+from specguard_core.decoding.guesses import GuessFeed
 from specguard_core.decoding.proposal import Candidate, Proposal, SampleSpec
 from specguard_core.decoding.sampling import sample_with_probs
 from specguard_core.engine.verify.signals import sparsify_rows
