@@ -24,4 +24,3 @@ def test_no_earlier_occurrence_no_guess() -> None:
     assert lookup_guess([1, 2, 3, 4], 4) == []
     assert lookup_guess([], 4) == [] and lookup_guess([7], 4) == []
     assert lookup_guess([7, 7], 4) == [7]
-
