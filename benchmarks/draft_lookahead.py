@@ -55,8 +55,9 @@ def main() -> None:
     _timed(engine.draft.model, "draft", seen)
     _timed(engine.target.model, "target", seen)
     total: dict[str, float] = collections.defaultdict(float)
+    problems = load_problems("gsm8k")  # the file read once
     for index in (int(i) for i in args.problems.split(",")):
-        question = load_problems("gsm8k", 1, index)[0].question
+        question = problems[index].question
         # the instruction after a space, not the bench's newline (`messages_for`): how the note's
         # figures were measured
         messages = [{"role": "user", "content": f"{question} {INSTRUCTION}"}]

@@ -51,8 +51,8 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
     pool_sums: dict[int, torch.Tensor] = {}  # layer -> [k, d]
     whole_logits: dict[int, torch.Tensor] = {}  # row -> [V] after its last whole character
     history = spec.shaping.history(state.ids, k, dev)  # [k, n0 + t] for the penalty (None: none)
-    guesses = GuessFeed(handle, state, spec.lookahead, hidden=spec.hidden or bool(spec.pool_layers)
-                        ) if _guessing(spec) else None
+    hidden = spec.hidden or bool(spec.pool_layers)  # each forward returns hidden states
+    guesses = GuessFeed(handle, state, spec.lookahead, hidden) if _guessing(spec) else None
     for t in range(spec.max_tokens + spec.grace if spec.max_tokens else 0):  # `StepText.room`
         if check is not None:
             check()
@@ -85,7 +85,7 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
             out = guesses.feed(int(toks[0]))
         else:
             out = handle.forward(state, tokens[:, None],
-                                 hidden=spec.hidden or bool(spec.pool_layers), recorder=recorder)
+                                 hidden=hidden, recorder=recorder)
         logits = out.logits[:, -1]  # [k, V]
         emb_sum = _captured(out, recorder, spec, fed, att_rows, pool_sums, emb_sum,
                             slice(n0, n0 + t + 1))

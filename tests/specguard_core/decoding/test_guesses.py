@@ -9,9 +9,9 @@ from specguard_core.testing import scripted_engine
 
 
 def test_a_guess_feed_skips_the_forwards_of_guessed_tokens_and_forgets_the_rest() -> None:
-    """`GuessFeed` over a scripted draft whose text repeats: feeding the repeat costs one forward,
-    each fed position's logits are those of plain one-token forwards, and `close`/`commit` leave
-    the cache holding the prefix and the fed tokens only."""
+    """`GuessFeed` over a scripted draft whose text repeats: feeding the repeat takes fewer
+    forwards than its tokens, each fed position's logits are those of plain one-token forwards,
+    and `close`/`commit` leave the cache holding the prefix and the fed tokens only."""
     eng = scripted_engine(lambda prompt: "")
     handle = eng.draft
     prefix = handle.encode("one two three four five six")
