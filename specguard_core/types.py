@@ -223,6 +223,9 @@ class GenerationResult:
     invalid_tool_calls: list[ToolCall] = field(default_factory=list)
     model_name: str = ""
     verifier: str = ""  # what scored the steps: "paper" or a card's path (`verifier="auto"` resolved)
+    # which path the steps took (`engine/plan.py` `Plan.record`): route, check, fallback, guesses,
+    # token rules, and `notes` saying what the config asked for that was off, and why
+    plan: dict[str, Any] = field(default_factory=dict)
 
     @property
     def calls_written(self) -> list[ToolCall]:

@@ -35,6 +35,9 @@ CORE_LAYERS = {
     "specguard_core.engine.verify.signals": 2, "specguard_core.decoding.sampling": 2,
     "specguard_core.remote.deadline": 2, "specguard_core.engine.verify.fingerprint": 2,
     "specguard_core.cache.capture": 3, "specguard_core.cache.state": 3,
+    "specguard_core.cache.model": 3, "specguard_core.llamacpp": 0,
+    "specguard_core.llamacpp.context": 2, "specguard_core.llamacpp.handle": 4,
+    "specguard_core.llamacpp.load": 4,
     "specguard_core.cache.handle": 3, "specguard_core.cache.batching": 3,
     "specguard_core.concurrency.padded": 4, "specguard_core.remote.http": 4,
     "specguard_core.text.step_text": 4, "specguard_core.engine.verify.bounds": 4,
@@ -43,8 +46,9 @@ CORE_LAYERS = {
     "specguard_core.engine.proposer": 5, "specguard_core.engine.selector": 5,
     "specguard_core.engine.speculative": 5, "specguard_core.remote.served": 5,
     "specguard_core.engine.verify.cards": 5, "specguard_core.engine.verify.registry": 5,
-    "specguard_core.engine.verify.verifier": 5,
-    "specguard_core.concurrency.rounds": 6, "specguard_core.concurrency.leader": 6,
+    "specguard_core.engine.verify.verifier": 5, "specguard_core.engine.accept": 5,
+    "specguard_core.engine.plan": 6, "specguard_core.concurrency.rounds": 6,
+    "specguard_core.concurrency.leader": 6,
     "specguard_core.concurrency.batcher": 6,
     "specguard_core.remote.target": 6,
     "specguard_core.engine.request": 7, "specguard_core.engine.fallback": 7,
@@ -52,7 +56,7 @@ CORE_LAYERS = {
     "specguard_core.engine.judge": 7, "specguard_core.remote.load": 7,
     "specguard_core.engine.run.step": 8, "specguard_core.engine.run.start": 8,
     "specguard_core.engine.loop": 9, "specguard_core.engine.aio": 9,
-    "specguard_core.engine": 10,  # the package's lazy re-exports and the moved modules' old paths
+    "specguard_core.engine": 10,  # the package's lazy re-exports
     "specguard_core.testing": 11,
     "specguard_core": 12,  # the package's lazy re-exports
 }
@@ -62,6 +66,7 @@ CORE_LAYERS = {
 CORE_FOLDERS_BELOW = {
     "specguard_core.decoding": ("specguard_core.engine", "specguard_core.remote"),
     "specguard_core.remote": ("specguard_core.engine",),
+    "specguard_core.llamacpp": ("specguard_core.engine", "specguard_core.remote"),
 }
 # Inside the bench, from the bottom: what every mode shares, the modes (concurrency serves the
 # reasoning problems, the agents grade GSM8K answers, the verifier's data uses the reasoning prompt),
@@ -257,27 +262,11 @@ def test_folders_stay_small() -> None:
     assert not big, f"split these folders by concern: {big}"
 
 
-def test_moved_engine_modules_keep_their_old_path_with_a_warning() -> None:
-    code = ("import warnings; warnings.simplefilter('error');\n"
-            "try:\n import specguard_core.engine.handle\nexcept DeprecationWarning as e: print(e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=ROOT)
-    assert "moved to specguard_core.cache.handle" in out.stdout
+def test_no_old_module_path_is_kept() -> None:
+    """Modules live at one path: nothing re-exports a moved module under an old name."""
     import importlib
-    import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        old = importlib.import_module("specguard_core.engine.steps")
-    assert old is importlib.import_module("specguard_core.text.steps")
-
-
-def test_sampling_keeps_its_old_engine_path_with_a_warning() -> None:
-    code = ("import warnings; warnings.simplefilter('error');\n"
-            "try:\n import specguard_core.engine.sampling\nexcept DeprecationWarning as e: print(e)\n"
-            "warnings.simplefilter('ignore'); import specguard_core.engine.sampling as old;\n"
-            "import specguard_core.decoding.sampling as new; print(old is new)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=ROOT)
-    assert "moved to specguard_core.decoding.sampling" in out.stdout
-    assert out.stdout.strip().endswith("True")
+    for old in ("specguard_core.engine.handle", "specguard_core.engine.sampling",
+                "specguard_core.engine.steps"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)

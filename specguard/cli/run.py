@@ -93,6 +93,8 @@ def _print_summary(console: Any, result: GenerationResult) -> None:
         f"finish {result.finish_reason}", highlight=False)
     for call in result.tool_calls + result.invalid_tool_calls:
         console.print(f"tool call {call.name} {call.arguments} {call.error or ''}", markup=False)
+    for note in result.plan.get("notes", []):  # what the config asked for that did not run
+        console.print(f"note: {note}", markup=False, highlight=False)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -146,13 +146,15 @@ def _api_key(args: argparse.Namespace) -> str | None:
 
 def _batching(args: argparse.Namespace) -> bool:
     """`--batching` / `--no-batching` as given; by default on, unless the models run their own
-    code (`--trust-remote-code`) or this transformers cannot batch (said on stderr)."""
+    code (`--trust-remote-code`), run on llama.cpp, or this transformers cannot batch (said on
+    stderr)."""
     if args.batching is not None:
         return bool(args.batching)
     from specguard_core.concurrency.batcher import unsupported
 
     why = ("--trust-remote-code: a model's own code may ignore the padding masks batching needs"
-           if args.trust_remote_code else unsupported())
+           if args.trust_remote_code else "batching is transformers' (--backend llama.cpp)"
+           if args.backend == "llama.cpp" else unsupported())
     if why:
         print(f"note: batching off ({why}); concurrent requests take turns step by step "
               "(--batching forces it on)", file=sys.stderr)

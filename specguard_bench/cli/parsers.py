@@ -169,7 +169,7 @@ def add_calibrate_parser(
         help="fit the normaliser bounds (NormBounds JSON) on unlabeled problems",
         description="Runs the draft (every step accepted) on --n problems from --offset and "
         "writes the 1st/99th percentiles of the step signals to --out: the draft's own, or the "
-        "target's with --set scoring_model=target. Keep the slice disjoint from the one you "
+        "target's with --set experimental.scoring_model=target. Keep the slice disjoint from the one you "
         "evaluate.",
     )
     p.add_argument("--dataset", choices=sorted(DATASETS), default="gsm8k")

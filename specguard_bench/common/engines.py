@@ -97,10 +97,12 @@ def load_engine(settings: PairSettings, served: ServedTarget | None = None) -> A
     tokenizer checked, before the draft loads)."""
     from specguard_core import EngineConfig, SpecGuardEngine
 
+    placement = {} if settings.load.backend == "llama.cpp" else \
+        {"device": settings.device, "dtype": settings.dtype}  # llama.cpp runs the GGUF as it is
     return SpecGuardEngine.from_pretrained(
         settings.draft,
         served.url if served else settings.target,
-        load=settings.load.in_process().merged(device=settings.device, dtype=settings.dtype,
+        load=settings.load.in_process().merged(**placement,
                                                **(served.options() if served else {})),
         progress=settings.progress,
         config=base_config(settings.sets),

@@ -1,9 +1,11 @@
 """The compared methods, each run on one problem and timed the same way.
 
-- `target`, `draft`: greedy `model.generate` of one model alone.
+- `target`, `draft`: greedy `model.generate` of one model alone (on `--backend llama.cpp`:
+  llama.cpp alone, `backend_baselines.llama_greedy`).
 - `token-sd`: token-level speculative decoding, transformers' assisted generation
   (`target.generate(..., assistant_model=draft)`), greedy, so its output equals `target`'s up to
-  kernel rounding.
+  kernel rounding (on `--backend llama.cpp`: the project's own token-level SD over the backend,
+  `backend_baselines.token_sd`, as llama-cpp-python offers no draft-model speculation).
 - `specguard-paper`, `specguard-balanced`, `specguard-fast`: `engine.generate` with the named
   preset, then the user's `--set` overrides (global `key=value`, or `paper.key=value` /
   `balanced.key=value` / `fast.key=value` for one preset).
@@ -44,7 +46,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # lossless, with the check's draft runs ended as the fallback's are: once the product of the
     # draft's probabilities of the unchecked tokens falls below 0.5 (the preset's own value since
     # it was adopted; kept so the runs that compared the two still resume)
-    "balanced-runs": ("balanced", {"experimental": {"check_run_below": 0.5}}),
+    "balanced-runs": ("balanced", {"check_run_below": 0.5}),
     # typical only for steps the learned card vouches for (P(correct) >= 0.87, its 95%-precision
     # threshold, as in `fast`), exact for the rest
     "balanced-vouched": ("balanced", {"acceptance": "vouched", "tau": 0.87, "route": "check"}),
@@ -164,6 +166,14 @@ def baseline_ids(engine: Any, method: str, prompt: Sequence[int], max_new_tokens
     import torch
 
     handle = engine.draft if method == "draft" else engine.target
+    if getattr(handle, "backend", "transformers") != "transformers":
+        from specguard_bench.common.backend_baselines import llama_greedy, token_sd
+
+        if generate:
+            raise ValueError(f"{sorted(generate)}: not on the {handle.backend} backend")
+        if method == "token-sd":
+            return token_sd(engine.draft, engine.target, prompt, max_new_tokens)
+        return llama_greedy(handle, prompt, max_new_tokens)
     ids = torch.tensor([list(prompt)], device=next(handle.model.parameters()).device)
     cfg = greedy_config(handle.eos_ids, handle.tokenizer.pad_token_id, max_new_tokens)
     extra: dict[str, Any] = dict(generate)
@@ -214,7 +224,7 @@ def _specguard_run(
 ) -> MethodOutput:
     t0 = time.perf_counter()
     res: GenerationResult = engine.generate(list(messages), config=config)
-    _sync(getattr(engine.target, "model", engine.draft.model))  # a served target has no model
+    _sync(getattr(engine.target, "model", getattr(engine.draft, "model", None)))  # llama.cpp, vLLM: none
     latency = time.perf_counter() - t0
     return MethodOutput(
         text=res.raw_text,

@@ -157,10 +157,10 @@ def _capture_rows(
     """Propose time per step, every step accepted, with capture off (`beta=1`: grounding has no
     weight, so no attention is captured) and with the last 1, `grounding_layers` and all layers
     captured."""
-    used = min(config.grounding_layers, n_layers)
+    used = min(config.experimental.grounding_layers, n_layers)
     sweep = []
     for layers in [0, *sorted({1, used, n_layers})]:
-        change = {"beta": 1.0} if layers == 0 else {"grounding_layers": layers}
+        change = {"beta": 1.0} if layers == 0 else {"experimental": {"grounding_layers": layers}}
         cfg = config.merged(tau=-math.inf, **change)
         summ = run_specguard(engine, prompts, cfg, device, settings.seed).summary()
         sweep.append(

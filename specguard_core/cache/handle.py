@@ -1,16 +1,11 @@
-"""A model handle: HF model + tokenizer, and the one place where KV caches are extended, forked,
-rolled back and caught up.
+"""`ModelHandle`: the `transformers` backend of the model seam (`cache/model.py`): a Hugging Face
+causal LM and tokenizer over a `DynamicCache` per request.
 
-The cache protocol, by name: `catch_up` encodes tokens committed elsewhere; `fork` repeats the
-prefix row for a batched proposal and `commit_row` / `drop_uncommitted` end it (keep one row's
-tokens, or return to the prefix); `try_tokens` feeds tokens without committing them and returns a
-`TentativePass` whose `.keep(n)` / `.discard()` commit a prefix of them or roll them back;
-`gather_rows` / `scatter_rows` lend several requests' caches to one padded forward
+Its primitives are `CachedModel`'s (`forward`, `held`, `crop`, `fork`, `keep_row`), and for
+batching `gather_rows` / `scatter_rows` lend several requests' caches to one padded forward
 (`concurrency/padded.py`) and hand each request its new positions back (the tensor copying lives
-in `cache/batching.py`).
-
-Per-request state lives in `CacheState` (the cache of the committed prefix, its token ids, the
-next-token logits and the token counters), so one handle serves many requests.
+in `cache/batching.py`). It can capture attention rows (`attention`) and return every layer's
+hidden states (`hidden_layers`).
 """
 
 from __future__ import annotations
@@ -24,12 +19,17 @@ from transformers import DynamicCache
 
 from specguard_core.cache import batching, capture
 from specguard_core.cache.batching import cache_rows
-from specguard_core.cache.state import CacheState, Forward, TentativePass, local_cache
+from specguard_core.cache.model import CachedModel, count_forward
+from specguard_core.cache.state import CacheState, Forward, local_cache
 from specguard_core.concurrency.cpu_runner import Runner
 
 
-class ModelHandle:
-    """Wraps one causal LM. `name` is for traces; `eos_ids` end generation."""
+class ModelHandle(CachedModel):
+    """Wraps one transformers causal LM. `name` is for traces; `eos_ids` end generation."""
+
+    backend = "transformers"
+    attention = True
+    hidden_layers = True
 
     def __init__(self, model: Any, tokenizer: Any, name: str = "",
                  runner: Runner | None = None) -> None:
@@ -109,105 +109,31 @@ class ModelHandle:
         if problem := self.batch_problem(state, rows):
             raise ValueError(problem)
 
-    def extend(self, state: CacheState, ids: list[int], **kwargs: Any) -> Forward | None:
-        """Catch-up: encode `ids` after the committed prefix and commit them."""
-        if not ids:
-            return None
-        out = self.forward(state, torch.tensor([ids]), **kwargs)
-        state.ids.extend(ids)
-        state.logits = out.logits[0, -1]
-        return out
-
-    def catch_up(self, state: CacheState) -> None:
-        """Encode the tokens committed since this model last ran (one prefill, never the whole
-        context again)."""
-        pending, state.pending = state.pending, []
-        self.extend(state, pending)
-
-    def next_logits(self, state: CacheState) -> torch.Tensor:
-        """Logits after the committed prefix, re-feeding the last token if they went stale."""
-        if state.logits is None:
-            last = state.ids[-1]
-            self.rollback(state, len(state.ids) - 1)
-            self.extend(state, [last])
-        assert state.logits is not None
-        return state.logits
-
-    def rollback(self, state: CacheState, n_tokens: int) -> None:
-        """Forget everything after the first `n_tokens` committed tokens."""
-        state.counters.discarded += _crop(local_cache(state), n_tokens)
-        if n_tokens < len(state.ids):
-            del state.ids[n_tokens:]
-            state.logits = None
-
-    def crop_uncommitted(self, state: CacheState, n_tokens: int) -> None:
-        """Keep the committed prefix and the first `n_tokens` positions fed after it (a proposal's
-        fed tokens) in the cache; forget the positions after them (guesses the draft did not
-        pick: `decoding/guesses.py`)."""
-        state.counters.discarded += _crop(local_cache(state), len(state.ids) + n_tokens)
-
     def fork(self, state: CacheState, k: int) -> None:
         """Repeat the single cache row `k` times for a batched proposal."""
         if k > 1:
             local_cache(state).batch_repeat_interleave(k)
 
-    def commit_row(self, state: CacheState, row: int, new_ids: list[int],
-                   logits: torch.Tensor | None) -> None:
-        """End a proposal: keep cache row `row` and commit its first `len(new_ids)` step tokens;
-        the rest of the row is cropped. `logits` predict the token after them when all of them were
-        fed, else None (stale)."""
+    def keep_row(self, state: CacheState, row: int) -> None:
         cache = local_cache(state)
         if cache_rows(cache) > 1:
             cache.batch_select_indices(torch.tensor([row], device=self.device))
-        state.counters.discarded += _crop(cache, len(state.ids) + len(new_ids))
-        state.ids.extend(new_ids)
-        state.logits = logits
 
-    def drop_uncommitted(self, state: CacheState) -> None:
-        """Roll the cache back to the committed prefix (one row), keeping its next-token logits."""
-        self.commit_row(state, 0, [], state.logits)
+    def held(self, state: CacheState) -> int:
+        return int(local_cache(state).get_seq_length())
 
-    def try_tokens(self, state: CacheState, ids: list[int], *,
-                   recorder: capture.AttentionRecorder | None = None,
-                   hidden: bool = False) -> TentativePass:
-        """Feed the pending tokens (committed here) and then `ids` (not committed) in one pass.
+    def crop(self, state: CacheState, n_tokens: int) -> int:
+        """Keep the first `n_tokens` positions (transformers 5 `crop` takes a negative count)."""
+        cache = local_cache(state)
+        extra = cache.get_seq_length() - n_tokens
+        if extra > 0:
+            cache.crop(-extra)
+        return max(0, extra)
 
-        The pass's `logits: [T+1, V]` row i predicts `ids[i]`, row T the token after all of them."""
-        pending, state.pending = state.pending, []
-        if not pending:
-            first = self.next_logits(state)[None]  # [1, V] predicts ids[0]
-            if not ids:
-                return TentativePass(self, state, [], first, None)
-        out = self.forward(state, torch.tensor([pending + ids]), all_logits=True,
-                           recorder=recorder, tentative=True, hidden=hidden)
-        rows = out.logits[0]  # [P+T, V]
-        if pending:
-            state.ids.extend(pending)
-            state.logits = rows[len(pending) - 1]
-            logits = rows[len(pending) - 1:]  # [T+1, V]
-        else:
-            logits = torch.cat([first, rows])  # [T+1, V]
-        return TentativePass(self, state, list(ids), logits, out)
-
-    def try_more(self, tpass: TentativePass, ids: list[int]) -> None:
-        """Grow the tentative pass `tpass` by `ids` in one forward (see `TentativePass.extend`)."""
-        if not ids:
-            return
-        held = local_cache(tpass.state).get_seq_length()
-        if held != len(tpass.state.ids) + len(tpass.ids):
-            raise ValueError(f"this pass's cache holds {held} positions, not its "
-                             f"{len(tpass.state.ids)} committed + {len(tpass.ids)} tentative "
-                             "tokens: a pass can only grow right after it was made or grown")
-        out = self.forward(tpass.state, torch.tensor([ids]), all_logits=True, tentative=True)
-        tpass.ids = tpass.ids + list(ids)
-        tpass.logits = torch.cat([tpass.logits, out.logits[0]])  # [T+T'+1, V]
-
-    def unwind(self, state: CacheState, n_tokens: int) -> None:
-        """Forget the last `n_tokens` committed tokens, the pending (not yet encoded) ones first."""
-        drop = min(n_tokens, len(state.pending))
-        del state.pending[len(state.pending) - drop:]
-        if n_tokens > drop:
-            self.rollback(state, len(state.ids) - (n_tokens - drop))
+    @property
+    def vocab_width(self) -> int:
+        return max(int(getattr(self.model.config.get_text_config(), "vocab_size", 0) or 0),
+                   len(self.tokenizer))
 
     def gather_rows(self, states: Sequence[CacheState]) -> DynamicCache:
         """The states' cache rows as one left-padded batched cache for a padded forward; their
@@ -219,30 +145,3 @@ class ModelHandle:
         """After a padded forward on `gather_rows(states)`: append each state's new positions
         `start : start + lengths[i]` to its cache (`batching.scatter_rows`)."""
         batching.scatter_rows(batched, states, start, lengths, self.name)
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def decode(self, ids: list[int]) -> str:
-        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
-
-
-def count_forward(state: CacheState, rows: int, tokens: int, tentative: bool) -> None:
-    """Count one forward of `rows` x `tokens` new tokens for `state`: tentative (a verification
-    pass), prefilled (more than one token a row) or decoded."""
-    if tentative:
-        state.counters.tentative += rows * tokens
-    elif tokens > 1:
-        state.counters.prefilled += rows * tokens
-    else:
-        state.counters.decoded += rows
-    state.counters.forward_calls += 1
-
-
-def _crop(cache: DynamicCache, n_tokens: int) -> int:
-    """Keep the first `n_tokens` positions (transformers 5 `crop` takes a negative count); returns
-    how many positions were dropped."""
-    extra = cache.get_seq_length() - n_tokens
-    if extra > 0:
-        cache.crop(-extra)
-    return max(0, extra)

@@ -26,7 +26,9 @@ class CacheState:
     """The committed prefix as one model has encoded it. Invariant outside a proposal: one cache row
     holding exactly `ids`; `logits` ([V], float32) predicts the token after `ids`, or None if stale."""
 
-    cache: DynamicCache | None  # None for a served target (its server caches the prefix)
+    # the backend's KV cache of this request: a transformers `DynamicCache`, a llama.cpp handle's
+    # `Sequences`; None for a served target (its server caches the prefix)
+    cache: Any
     ids: list[int] = field(default_factory=list)
     logits: torch.Tensor | None = None
     counters: ModelCounters = field(default_factory=ModelCounters)
@@ -34,8 +36,8 @@ class CacheState:
 
 
 def local_cache(state: CacheState) -> DynamicCache:
-    """`state`'s in-process KV cache (a served target's state has none)."""
-    assert state.cache is not None, "this state belongs to a served target, not a ModelHandle"
+    """`state`'s transformers KV cache."""
+    assert isinstance(state.cache, DynamicCache), "this state belongs to another backend's model"
     return state.cache
 
 

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 import torch
 
 from specguard_core.cache.capture import AttentionRecorder
-from specguard_core.cache.handle import ModelHandle, count_forward
+from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.model import count_forward
 from specguard_core.cache.state import CacheState, Forward, TentativePass
 
 PAD_ID = 0  # any valid token id: pad columns are masked out and their outputs dropped

@@ -14,9 +14,9 @@ from specguard_core.config.request import SpecGuardConfig
 
 
 def override_names() -> frozenset[str]:
-    """Every name `SpecGuardConfig.merged` takes: the fields, and the experimental knobs by their
-    old top-level names (deprecated aliases)."""
-    return frozenset(SpecGuardConfig.model_fields) | EXPERIMENTAL
+    """Every name `SpecGuardConfig.merged` takes: its fields (experimental knobs go in the
+    `experimental` one)."""
+    return frozenset(SpecGuardConfig.model_fields)
 
 
 _SPECIAL_FLOATS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf}
@@ -46,29 +46,36 @@ def parse_value(text: str) -> Any:
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
-    """`["k=4", "fast.tau=0.6"]` -> `{"k": 4, "fast.tau": 0.6}`, validated: keys must be
-    SpecGuardConfig fields (optionally scoped `<preset>.<field>`) and the values must pass the
-    config's validation. Raises ValueError with the offending item."""
+    """`["k=4", "fast.tau=0.6", "experimental.check_below=0.2"]` -> `{"k": 4, "fast.tau": 0.6,
+    "experimental": {"check_below": 0.2}}`, validated: keys must be SpecGuardConfig fields or
+    `experimental.<knob>`, optionally scoped `<preset>.` (`fast.experimental` then holds that
+    preset's experimental knobs), and the values must pass the config's validation. Raises
+    ValueError with the offending item."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        key = key.strip()
-        if key.startswith("experimental."):  # experimental.NAME: the knob by its new place
-            key = key.removeprefix("experimental.")
-        scope, _, name = key.rpartition(".")
-        if scope and scope not in PRESETS:
-            raise ValueError(f"--set {item!r}: unknown preset {scope!r}; use {sorted(PRESETS)}")
-        if name not in override_names():
-            raise ValueError(f"--set {item!r}: {name!r} is not a SpecGuardConfig field")
+        parts = key.strip().split(".")
+        scope = parts.pop(0) if len(parts) > 1 and parts[0] in PRESETS else ""
+        nested = len(parts) == 2 and parts[0] == "experimental"
+        name = parts[-1]
+        if len(parts) > 1 and not nested:
+            raise ValueError(f"--set {item!r}: unknown preset {parts[0]!r}; use {sorted(PRESETS)}")
+        if name not in (EXPERIMENTAL if nested else override_names()):
+            where = "an experimental knob" if nested else "a SpecGuardConfig field"
+            raise ValueError(f"--set {item!r}: {name!r} is not {where}")
         value = parse_value(raw)
         if isinstance(value, list):
             value = tuple(value)
         try:
-            SpecGuardConfig().merged(**({"experimental": {name: value}} if name in EXPERIMENTAL
+            SpecGuardConfig().merged(**({"experimental": {name: value}} if nested
                                         else {name: value}))
         except ValueError as err:
             raise ValueError(f"--set {item!r}: {err}") from None
-        out[key] = value
+        if nested:
+            group = f"{scope}.experimental" if scope else "experimental"
+            out[group] = {**out.get(group, {}), name: value}
+        else:
+            out[f"{scope}.{name}" if scope else name] = value
     return out

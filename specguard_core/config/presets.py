@@ -21,9 +21,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # "exact"). The fallback's draft runs end once the product of the draft's probabilities of the
     # run falls below 0.7; the check also runs early once that product for the tokens written
     # since the last check falls below 0.5 (check_run_below). Why each value: docs/decisions/.
-    "balanced": dict(k=1, temperature=0.0, beta=1.0, tau=0.7, route="check", acceptance="exact",
-                     typical_ratio=0.3, experimental=dict(typical_eps=0.03, typical_delta=0.1,
-                                                       check_run_below=0.5),
+    "balanced": dict(k=1, temperature=0.0, beta=1.0, route="check", acceptance="exact",
+                     typical_ratio=0.3, typical_eps=0.03, typical_delta=0.1, check_run_below=0.5,
                      check_tokens=16, fallback="speculative", fallback_k=1, sd_run_confidence=0.7),
     # latency-first: draft steps the verifier is confident in are kept without the target (the
     # learned card's P(correct) >= 0.87, its 95%-precision threshold on human-labelled steps; where

@@ -10,21 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from specguard_core.config.bounds import NormBounds
 from specguard_core.config.engine_config import EngineConfig
-from specguard_core.config.experimental import (
-    EXPERIMENTAL,
-    ExperimentalAliases,
-    ExperimentalConfig,
-    move_experimental,
-)
+from specguard_core.config.experimental import EXPERIMENTAL, ExperimentalConfig
 
-# the target check's token rules (`speculative.py`), and the rules a config names: those, or
-# `vouched` (typical where the verifier vouches for the step, exact elsewhere)
-TokenRule = Literal["typical", "exact", "exact-numbers"]
-Acceptance = Literal[TokenRule, "vouched"]
 _GREEDY_BELOW = 1e-5  # temperatures below this are greedy (vLLM's _SAMPLING_EPS)
 
 
-class SpecGuardConfig(ExperimentalAliases, BaseModel):
+class SpecGuardConfig(BaseModel):
     """The algorithm's per-request configuration (the paper's defaults are the `paper` preset)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -45,6 +36,12 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
     max_step_tokens: int = Field(256, ge=1, description="a step ends after this many tokens, on a "
                                  "whole character (a first character that needs more runs up "
                                  "to 3 tokens past it)")
+    draft_lookahead: int = Field(8, ge=0, le=64, description="each draft forward (speculative "
+                                 "fallback runs; a step proposal of one candidate without "
+                                 "attention capture) also checks up to this many tokens guessed "
+                                 "from an earlier occurrence of the text's last tokens (prompt "
+                                 "lookup): the draft writes the same tokens in fewer forwards "
+                                 "(0: off)")
     # score and decide
     beta: float = Field(0.3, ge=0.0, le=1.0, description="weight of confidence in the ensemble")
     tau: float = Field(0.7, description="accept iff score >= tau; -inf always, +inf never "
@@ -64,9 +61,10 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
         "without the target iff r >= tau_accept, straight to the fallback iff r < tau_reject, else "
         "the target checks it); 'check' (the target checks every step in one pass while the draft "
         "writes it; the score is reported, not used)")
-    acceptance: Acceptance = Field(
-        "typical", description="how the target's check judges a reasoning or answer step's draft "
-        "tokens: 'typical' (Medusa's bound with typical_eps/typical_delta and typical_ratio: "
+    acceptance: str = Field(
+        "typical", min_length=1, description="the token rule by which the target's check judges a "
+        "reasoning or answer step's draft tokens (`engine/accept.py`, where a new rule is one "
+        "class): 'typical' (Medusa's bound with typical_eps/typical_delta and typical_ratio: "
         "tokens the target could plausibly write; the text may drift from the target's), 'exact' "
         "(the target's own tokens: its argmax when greedy, speculative sampling otherwise: "
         "lossless), 'exact-numbers' (exact on tokens holding a digit, an operator or a list "
@@ -91,8 +89,12 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
                                      "tau_accept (None: tau)")
     tau_reject: float | None = Field(None, description="straight to the fallback iff r < "
                                      "tau_reject (None: tau); in between the target checks the step")
-    typical_ratio: float = Field(0.0, ge=0.0, le=1.0, description="target check: each token also "
-                                 "needs p >= typical_ratio * the target's top probability (0: "
+    typical_eps: float = Field(0.09, ge=0.0, le=1.0, description="typical acceptance: each token "
+                               "needs p >= min(typical_eps, typical_delta * exp(-H))")
+    typical_delta: float = Field(0.3, ge=0.0, description="typical acceptance: the entropy-scaled "
+                                 "part of the bound, p >= min(typical_eps, typical_delta * exp(-H))")
+    typical_ratio: float = Field(0.0, ge=0.0, le=1.0, description="typical acceptance: each token "
+                                 "also needs p >= typical_ratio * the target's top probability (0: "
                                  "Medusa's bound alone; 1: the target's argmax only)")
     check_tokens: int = Field(0, ge=0, le=256, description="target check while the draft writes "
                               "(k=1, route='check', speculative fallback, draft "
@@ -100,6 +102,9 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
                               "no forced tool call; else each written step is checked): check after every "
                               "check_tokens unchecked draft tokens and stop the draft at the first "
                               "refused one (0: check each step once it is written)")
+    check_run_below: float = Field(0.0, ge=0.0, le=1.0, description="with check_tokens: also check "
+                                   "once the product of the draft's probabilities of the tokens "
+                                   "written since the last check falls below this")
     sd_run_confidence: float = Field(0.0, ge=0.0, le=1.0, description="speculative fallback: the "
                                      "draft also ends its run when the product of its "
                                      "probabilities of the run's tokens (its own estimate that the "
@@ -110,25 +115,17 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
     stop: tuple[str, ...] = Field((), description="generation ends at any of these strings (cut there)")
     seed: int = Field(0, description="the request's random seed (sampling, speculative sampling)")
     experimental: ExperimentalConfig = Field(
-        default_factory=lambda: ExperimentalConfig(), description="knobs measured and not adopted, "
-        "and the papers' constants (see `ExperimentalConfig`)")
+        default_factory=lambda: ExperimentalConfig(), description="knobs measured and not adopted "
+        "(see `ExperimentalConfig`)")
 
     @model_validator(mode="before")
     @classmethod
-    def _check_route_alias(cls, data: Any) -> Any:
-        """`tau_accept=inf, tau_reject=-inf` was how to say "the target checks every step": it
-        still means `route="check"`, with a DeprecationWarning. An experimental knob given at the
-        top level (its old place) goes under `experimental`, with a DeprecationWarning too."""
-        if isinstance(data, dict) and (old := sorted(EXPERIMENTAL & set(data))):
-            warnings.warn(f"{', '.join(old)}: experimental knobs now live under `experimental` "
-                          f"(SpecGuardConfig(experimental={{{old[0]!r}: ...}})); the top-level name "
-                          "goes in the next release", DeprecationWarning, stacklevel=2)
-            data = move_experimental(data)
-        if (isinstance(data, dict) and data.get("route", "score") == "score"
-                and data.get("tau_accept") == math.inf and data.get("tau_reject") == -math.inf):
-            warnings.warn("tau_accept=inf, tau_reject=-inf is deprecated: pass route='check' (the "
-                          "target checks every step)", DeprecationWarning, stacklevel=2)
-            data = {**data, "route": "check", "tau_accept": None, "tau_reject": None}
+    def _experimental_by_name(cls, data: Any) -> Any:
+        """An experimental knob at the top level is an error that says where it goes."""
+        if isinstance(data, dict) and (names := sorted(EXPERIMENTAL & set(data))):
+            raise ValueError(f"{', '.join(names)} is experimental: pass experimental="
+                             f"{{{names[0]!r}: ...}} (on the command line --set "
+                             f"experimental.{names[0]}=...)")
         return data
 
     @field_validator("temperature")
@@ -174,6 +171,11 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
         if reject_below > accept_at:
             raise ValueError(f"tau_reject ({reject_below}) must be <= tau_accept ({accept_at}); set "
                              "both (an unset one follows tau)")
+        if self.route == "check" and "tau" in self.model_fields_set and self.acceptance != "vouched":
+            raise ValueError(f"tau={self.tau} has no effect with route='check' (the target checks "
+                             "every step): pass route='score' to keep draft steps whose score is "
+                             ">= tau without the target, or acceptance='vouched' to relax the "
+                             "check where the score is >= tau")
         if self.route == "check" and (self.tau_accept, self.tau_reject) != (None, None):
             warnings.warn("tau_accept/tau_reject have no effect with route='check' (the target "
                           "checks every step); use route='score' for the three-way decision",
@@ -183,6 +185,7 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
                           "candidates (and turns off the check while the draft writes): set a "
                           "temperature > 0 for k > 1, or k=1", UserWarning, stacklevel=2)
         return self
+
     @property
     def fallback_samples(self) -> int:
         """The target's samples per rejected step with fallback='sample': `fallback_k`, or `k`
@@ -211,11 +214,15 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
             raise ValueError(f"unknown SpecGuardConfig field(s) {unknown}; valid: "
                              f"{sorted(SpecGuardConfig.model_fields)}, and under experimental: "
                              f"{sorted(EXPERIMENTAL)}")
-        base = self.model_dump()
-        if "tau" in overrides:  # tau alone means the two-way rule at tau: both thresholds follow it
-            base.update(tau_accept=None, tau_reject=None, route="score")
+        # what was set stays set (`model_fields_set`), so a check of what was asked for holds
+        base = {name: getattr(self, name) for name in self.model_fields_set}
+        if "tau" in overrides:  # tau alone is the two-way rule at tau: unset thresholds follow it
+            base.pop("tau_accept", None)
+            base.pop("tau_reject", None)
         if "experimental" in overrides:  # a partial experimental config changes only what it names
             extra = overrides.pop("experimental")
-            extra = extra.model_dump() if isinstance(extra, BaseModel) else dict(extra)
-            base["experimental"] = {**base["experimental"], **extra}
+            extra = extra.model_dump(exclude_unset=True) if isinstance(extra, BaseModel) \
+                else dict(extra)
+            now = self.experimental.model_dump(exclude_unset=True)
+            base["experimental"] = {**now, **extra}
         return SpecGuardConfig.model_validate({**base, **overrides})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.model import CachedModel
 from specguard_core.cache.state import CacheState, Forward
 from specguard_core.decoding.lookup import lookup_guess
 
@@ -23,7 +23,7 @@ class GuessFeed:
     fed tokens, then the pending guesses); end with `close` (forget the guesses not picked; a
     `Proposal` commits the fed tokens) or `commit` (commit them too)."""
 
-    def __init__(self, handle: ModelHandle, state: CacheState, lookahead: int,
+    def __init__(self, handle: CachedModel, state: CacheState, lookahead: int,
                  hidden: bool = False) -> None:
         self.handle, self.state, self.lookahead, self.hidden = handle, state, lookahead, hidden
         self.fed: list[int] = []  # tokens in the cache after the prefix

@@ -26,21 +26,18 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.model import CachedModel
 from specguard_core.cache.state import CacheState, Target, TentativePass
 from specguard_core.decoding.guesses import GuessFeed
 from specguard_core.decoding.proposal import Proposal, SampleSpec
 from specguard_core.decoding.sampling import nucleus_probs, sample_with_probs
-from specguard_core.engine.proposer import StepText, propose
+from specguard_core.engine.accept import typical_passed
+from specguard_core.engine.proposer import propose
 from specguard_core.engine.request import Request, Step
 from specguard_core.engine.selector import Selector
-from specguard_core.engine.speculative import (
-    accepted_prefix,
-    checked_prefix,
-    draft_doubts,
-    next_token,
-)
+from specguard_core.engine.speculative import accepted_prefix, draft_doubts, next_token
 from specguard_core.text.chat import forced_call_prefix
+from specguard_core.text.step_text import StepText
 
 Convert = Callable[[list[int], Target, Target], list[int]]
 
@@ -60,7 +57,7 @@ def write_step(target: Target, state: CacheState, spec: SampleSpec, generator: t
     with keep or discard), by the target itself when it is a `StepWriter`, else by `propose`."""
     if isinstance(target, StepWriter):
         return target.write_step(state, spec, generator, prior, check)
-    assert isinstance(target, ModelHandle), f"{type(target).__name__} cannot write steps"
+    assert isinstance(target, CachedModel), f"{type(target).__name__} cannot write steps"
     return propose(target, state, spec, generator, prior, check=check)
 
 
@@ -70,7 +67,7 @@ def generated(proposal: Proposal) -> int:
     return sum(len(c.token_ids) for c in proposal.candidates)
 
 
-def regenerate(draft: ModelHandle, target: Target, req: Request, proposal: Proposal,
+def regenerate(draft: CachedModel, target: Target, req: Request, proposal: Proposal,
                selector: Selector, convert: Convert) -> Step:
     """Discard the draft's proposal and let the target write this step."""
     proposal.discard()
@@ -82,8 +79,8 @@ def regenerate(draft: ModelHandle, target: Target, req: Request, proposal: Propo
         prior_ids = target.encode(prior)
         target.extend(req.target, prior_ids)
     cfg = req.cfg
-    sample = cfg.fallback == "sample"
-    k = cfg.fallback_samples if sample else 1
+    sample = req.plan.fallback == "sample"
+    k = req.plan.fallback_samples
     spec = SampleSpec(k, cfg.temperature if sample else 0.0, cfg.top_p,
                       max(1, req.budget(req.target)), req.rules, None,
                       hidden=k > 1 and selector.mode == "hidden", shaping=req.shaping,
@@ -99,7 +96,7 @@ def regenerate(draft: ModelHandle, target: Target, req: Request, proposal: Propo
                 token_logprobs=logprobs + list(cand.logprobs))
 
 
-def speculate(draft: ModelHandle, target: Target, req: Request, proposal: Proposal,
+def speculate(draft: CachedModel, target: Target, req: Request, proposal: Proposal,
               pick: int, first: TentativePass, checked: int = 0) -> Step:
     """Finish this step with token-level speculative decoding, starting from the target's pass
     `first` over candidate `pick` (same vocabulary). Greedy when temperature is 0, else exact
@@ -141,10 +138,10 @@ def speculate(draft: ModelHandle, target: Target, req: Request, proposal: Propos
         tpass = target.try_tokens(req.target, feed)
         p_rows = shaping.penalise_rows(tpass.logits, req.target.ids, toks)  # [T+1, V]
         m = accepted_prefix(p_rows, toks, q_x, temp, top_p, gen, shaping)
-        if temp == 0 and cfg.fallback_acceptance == "typical":
-            m = max(m, checked_prefix(tpass.logits, toks, cfg, req.target.ids, shaping))
+        if temp == 0 and cfg.experimental.fallback_acceptance == "typical":
+            m = max(m, typical_passed(tpass.logits, toks, cfg, req.target.ids, shaping))
         grow = m == len(toks)
-        req.draft_run = min(cfg.sd_max_draft_tokens, req.draft_run + 2) if grow else \
+        req.draft_run = min(cfg.experimental.sd_max_draft_tokens, req.draft_run + 2) if grow else \
             max(1, req.draft_run - 1)
         q = nucleus_probs(q_logits[m], temp, top_p, shaping) if m < len(toks) and temp > 0 \
             else None
@@ -191,14 +188,14 @@ def _push(text: StepText, accepted: list[int], nxt: int | None) -> int:
     return n
 
 
-def _pend(draft: ModelHandle, target: Target, req: Request, tok: int | None) -> None:
+def _pend(draft: CachedModel, target: Target, req: Request, tok: int | None) -> None:
     """The target's own token joined the step: both models encode it with their next pass."""
     if tok is not None and tok not in target.eos_ids:
         req.target.pending.append(tok)
         req.draft.pending.append(tok)
 
 
-def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
+def _draft_run(draft: CachedModel, state: CacheState, g: int, req: Request
                ) -> tuple[list[int], list[float], list[torch.Tensor], list[float]]:
     """The draft proposes up to `g` tokens after its committed prefix (stopping at EOS): (tokens,
     their sampling probabilities q(x), the draft's penalised logits `[V]` at each, their raw
@@ -214,7 +211,7 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
     rows: list[torch.Tensor] = []
     lps: list[float] = []
     shaping, cfg = req.shaping, req.cfg
-    guesses = GuessFeed(draft, state, cfg.draft_lookahead)
+    guesses = GuessFeed(draft, state, req.plan.guesses)
     raw = draft.next_logits(state)  # [V] predicts the run's next token
     for j in range(max(1, g)):
         logits = shaping.penalise(raw[None], shaping.history(state.ids + guesses.fed, 1,
@@ -229,7 +226,7 @@ def _draft_run(draft: ModelHandle, state: CacheState, g: int, req: Request
         rows.append(logits)
         lps.append(logp)
         if int(t) in draft.eos_ids or j == g - 1 or draft_doubts(
-                lps, cfg.sd_confidence, cfg.sd_run_confidence):
+                lps, cfg.experimental.sd_confidence, cfg.sd_run_confidence):
             break  # the run's last token stays unfed; one the draft doubts is likely refused
         raw = guesses.feed(int(t), room=g - j - 2).logits[0, -1]
     guesses.commit()

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.model import CachedModel
 from specguard_core.cache.state import Target
 from specguard_core.concurrency.batcher import Batcher, BatchingHandle
 from specguard_core.concurrency.cpu_runner import Runner
@@ -55,25 +56,25 @@ class SpecGuardEngine:
                  target_tokenizer: Any = None, *, config: SpecGuardConfig | None = None,
                  engine_config: EngineConfig | None = None, name: str | None = None) -> None:
         """`config` is the default per-request configuration (a request may override any of it);
-        `engine_config` fixes how the pair is wired (e.g. `heterogeneous`). `target_model` is a
-        transformers model with its `target_tokenizer`, or a ready `Target` such as a
-        `RemoteTarget` (a model on a vLLM server; its own tokenizer is used)."""
+        `engine_config` fixes how the pair is wired (e.g. `heterogeneous`). Each model is a
+        transformers model with its tokenizer, or a ready model of the seam (`CachedModel`: a
+        `ModelHandle`, or a `LlamaCppHandle` from `specguard_core.llamacpp`); the target may also
+        be any `Target`, such as a `RemoteTarget` (a model on a vLLM server). A ready model's own
+        tokenizer is used."""
         self.engine_config = engine_config or EngineConfig()
         self.runner = Runner()  # the thread of every forward of a CPU model (`concurrency/cpu_runner.py`)
         self.batcher = Batcher.of(self.engine_config, self.runner)
-        if isinstance(target_model, Target):
-            check_vocab(draft_model, draft_tokenizer, "draft")
-            self.target: Target = target_model
-            if isinstance(target_model, ModelHandle) and target_model.runner is None \
-                    and _on_cpu(target_model.model):  # a ready in-process handle: as our own
-                target_model.runner = self.runner
-        else:
+        if not isinstance(draft_model, CachedModel) and not isinstance(target_model, Target):
             check_pair(draft_model, draft_tokenizer, target_model, target_tokenizer)
-            self.target = self._handle(target_model, target_tokenizer)
+        elif not isinstance(draft_model, CachedModel):
+            check_vocab(draft_model, draft_tokenizer, "draft")
+        self.target: Target = self._ready(target_model, target_tokenizer)
+        self.draft: CachedModel = self._ready(draft_model, draft_tokenizer)
+        draft_tokenizer = self.draft.tokenizer
         self.config = config or default_config()
-        self.draft = self._handle(draft_model, draft_tokenizer)
         self.response_template = response_template(  # by the target's model type, else draft's
-            self.target.tokenizer, getattr(self.target, "model", None), draft_model)
+            self.target.tokenizer, getattr(self.target, "model", self.target),
+            getattr(self.draft, "model", self.draft))
         same_vocab = draft_tokenizer.get_vocab() == self.target.tokenizer.get_vocab()
         if not same_vocab and not self.engine_config.heterogeneous:
             raise InputError("the draft and target tokenizers have different vocabularies; pick a "
@@ -116,6 +117,10 @@ class SpecGuardEngine:
                                       progress=progress)
         if is_url(target):
             return load_remote_engine(cls, draft, target, load=opts, **common)
+        if opts.backend == "llama.cpp":
+            from specguard_core.llamacpp.load import load_llamacpp_engine
+
+            return load_llamacpp_engine(cls, draft, target, load=opts, **common)
         return load_engine(cls, draft, target, load=opts, **common)
 
     @property
@@ -250,26 +255,39 @@ class SpecGuardEngine:
         return self._turns.step(req) if self.batcher is None else self.batcher.step(req)
 
     # ---- helpers ---------------------------------------------------------------------------
+    def _ready(self, model: Any, tokenizer: Any) -> Any:
+        """`model` as a model of the seam: a ready one as it is (a transformers handle on the
+        CPU without a runner gets the engine's), a transformers model wrapped. Batching needs
+        transformers models (its padded forwards are theirs)."""
+        if not isinstance(model, CachedModel | Target):
+            return self._handle(model, tokenizer)
+        if self.batcher is not None and not isinstance(model, BatchingHandle):
+            raise InputError(f"EngineConfig(batching=True) batches transformers models' forwards; "
+                             f"{model.name} ({type(model).__name__}) takes its requests' steps in "
+                             "turns: drop batching")
+        if isinstance(model, ModelHandle) and model.runner is None and _on_cpu(model.model):
+            model.runner = self.runner
+        return model
+
     def _handle(self, model: Any, tokenizer: Any) -> ModelHandle:
-        """The handle of an in-process model; a model with weights on the CPU runs its forwards
-        on the engine's runner (on a GPU alone they stay in the calling thread, except a batching
-        engine's rounds, which always run on the runner)."""
+        """The handle of an in-process transformers model; a model with weights on the CPU runs
+        its forwards on the engine's runner (on a GPU alone they stay in the calling thread,
+        except a batching engine's rounds, which always run on the runner)."""
         runner = self.runner if _on_cpu(model) else None
         if self.batcher is None:
             return ModelHandle(model, tokenizer, runner=runner)
         return BatchingHandle(model, tokenizer, self.batcher, runner=runner)
 
     def _selector(self, cfg: SpecGuardConfig) -> Selector:
-        key = (cfg.selector, cfg.sentence_transformer)
+        key = (cfg.experimental.selector, cfg.experimental.sentence_transformer)
         if key not in self._selectors:
-            self._selectors[key] = Selector(cfg.selector, cfg.sentence_transformer)
+            self._selectors[key] = Selector(*key)
         return self._selectors[key]
 
 
 def _vocab_width(handle: Target) -> int:
     """The width of `handle`'s logits (its lm_head may be padded past the tokenizer)."""
-    config = getattr(getattr(handle, "model", None), "config", None)
-    return max(int(getattr(config, "vocab_size", 0) or 0), len(handle.tokenizer))
+    return max(int(getattr(handle, "vocab_width", 0) or 0), len(handle.tokenizer))
 
 
 def _on_cpu(model: Any) -> bool:

@@ -18,19 +18,16 @@ from collections.abc import Callable
 import torch
 
 from specguard_core.cache.capture import AttentionRecorder
-from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.model import CachedModel
 from specguard_core.cache.state import CacheState, Forward
 from specguard_core.decoding.guesses import GuessFeed
 from specguard_core.decoding.proposal import Candidate, Proposal, SampleSpec
 from specguard_core.decoding.sampling import sample_with_probs
 from specguard_core.engine.verify.signals import sparsify_rows
-from specguard_core.text.step_text import WHOLE_CHAR_GRACE, StepText
-
-# the proposal's types live in `decoding/proposal.py`; re-exported here, where they always were
-__all__ = ["WHOLE_CHAR_GRACE", "Candidate", "Proposal", "SampleSpec", "StepText", "propose"]
+from specguard_core.text.step_text import StepText
 
 
-def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
+def propose(handle: CachedModel, state: CacheState, spec: SampleSpec,
             generator: torch.Generator, prior: str = "",
             check: Callable[[], None] | None = None,
             watch: Callable[[list[int], list[float]], bool] | None = None) -> Proposal:
@@ -39,8 +36,8 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
     `check()` runs before every decode step and may raise to stop the request mid-step.
     `watch(token_ids, logprobs)` (k == 1 only) sees the unfinished step after each fed token; when it
     returns True the step stops there, unfinished, with `end == "refused"`."""
-    if watch is not None and spec.k != 1:
-        raise ValueError(f"a watched proposal has one candidate, got k={spec.k}")
+    if (watch is not None or spec.lookahead) and spec.k != 1:
+        raise ValueError(f"a watched or guessing proposal has one candidate, got k={spec.k}")
     k, n0, dev = spec.k, len(state.ids), handle.device
     logits = handle.next_logits(state).unsqueeze(0).expand(k, -1)  # [k, V]
     handle.fork(state, k)
@@ -52,7 +49,7 @@ def propose(handle: ModelHandle, state: CacheState, spec: SampleSpec,
     whole_logits: dict[int, torch.Tensor] = {}  # row -> [V] after its last whole character
     history = spec.shaping.history(state.ids, k, dev)  # [k, n0 + t] for the penalty (None: none)
     hidden = spec.hidden or bool(spec.pool_layers)  # each forward returns hidden states
-    guesses = GuessFeed(handle, state, spec.lookahead, hidden) if _guessing(spec) else None
+    guesses = GuessFeed(handle, state, spec.lookahead, hidden) if spec.lookahead else None
     for t in range(spec.max_tokens + spec.grace if spec.max_tokens else 0):  # `StepText.room`
         if check is not None:
             check()
@@ -140,12 +137,6 @@ def _captured(out: Forward, recorder: AttentionRecorder | None, spec: SampleSpec
         h = out.layers[layer][:, -1].float() * fed_mask  # [k, d], rows not fed: 0
         pool_sums[layer] = h if layer not in pool_sums else pool_sums[layer] + h
     return emb_sum
-
-
-def _guessing(spec: SampleSpec) -> bool:
-    """Whether a proposal feeds prompt-lookup guesses: one candidate and no attention capture (a
-    multi-token forward would record the guesses' attention rows too)."""
-    return spec.lookahead > 0 and spec.k == 1 and not spec.capture_layers
 
 
 def _square(att_rows: list[torch.Tensor], k: int, n_layers: int, device: torch.device

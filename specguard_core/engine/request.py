@@ -16,9 +16,11 @@ from typing import Any
 import torch
 
 from specguard_core.cache.state import CacheState
-from specguard_core.config import SpecGuardConfig, TokenRule
+from specguard_core.config import SpecGuardConfig
 from specguard_core.decoding.grammar import Grammar
 from specguard_core.decoding.sampling import Shaping
+from specguard_core.engine.accept import TokenRule
+from specguard_core.engine.plan import Plan
 from specguard_core.engine.verify.verifier import Verdict
 from specguard_core.text.chat import parse_tool_call
 from specguard_core.text.formats import ResponseFormat, final_text
@@ -90,6 +92,7 @@ class Request:
     generator: torch.Generator
     prompt_tokens: int
     context_window: int
+    plan: Plan  # which path its steps take (`plan.py`), decided when it opened
     tokenizer: Any = None
     response_template: dict[str, Any] | None = None  # parses tool calls (`text.tool_calls`)
     response_format: ResponseFormat | None = None  # the answer must be JSON (matching a schema)
@@ -112,7 +115,7 @@ class Request:
 
     def __post_init__(self) -> None:
         self.stats.draft, self.stats.target = self.draft.counters, self.target.counters
-        self.draft_run = self.cfg.sd_draft_tokens
+        self.draft_run = self.cfg.experimental.sd_draft_tokens
 
     @property
     def shaping(self) -> Shaping:
@@ -142,16 +145,11 @@ class Request:
 
     def rule_for(self, kind: StepKind, score: float | None = None) -> TokenRule:
         """The token rule the target's check applies to a draft step of `kind` with verifier
-        `score`: `action_acceptance` for an action, `acceptance` for everything else, where
-        `vouched` is `typical` for a step scored at least `tau` and `exact` for the rest; with no
-        score yet (while the draft writes the step) `typical`, the looser of the two, so the step
-        is judged again once scored."""
-        if self.acts(kind) and self.cfg.action_acceptance == "exact":
-            return "exact"
-        rule = self.cfg.acceptance
-        if rule != "vouched":
-            return rule
-        return "typical" if score is None or score >= self.cfg.tau else "exact"
+        `score` (None while the draft writes it): the plan's rule for an action or for other
+        steps, as it applies at that score (`TokenRule.for_score`: `vouched` is typical until
+        the step is scored, then typical or exact by its score)."""
+        rule = self.plan.action_rule if self.acts(kind) else self.plan.step_rule
+        return rule.for_score(score, self.cfg)
 
     def out_of_room(self) -> bool:
         """Either model's context is full (a heterogeneous pair counts tokens differently, so the
@@ -272,5 +270,5 @@ class Request:
             steps=list(self.steps), usage=Usage(self.prompt_tokens, self.n_new), stats=self.stats,
             finish_reason=self.finish or "stop", tool_calls=list(self.tool_calls),
             invalid_tool_calls=list(self.invalid_tool_calls), model_name=model_name,
-            verifier=self.cfg.verifier,
+            verifier=self.cfg.verifier, plan=self.plan.record(),
         )

@@ -1,4 +1,4 @@
-"""Token-level acceptance rules on a target pass (pure tensor maths: logits in, decisions out).
+"""Speculative decoding's token maths on a target pass (pure: logits in, decisions out).
 
 - `accepted_prefix`: how many of the draft's tokens the target keeps. Greedy (temperature 0): tokens
   equal to the target's argmax. Sampling: the speculative-sampling rule (Leviathan et al. 2023, Chen
@@ -6,10 +6,6 @@
 - `next_token`: the target's own token after the kept prefix: its argmax (greedy), a sample of the
   residual norm(max(0, p - q)) after a rejection, or of p after a fully kept run, so the output is
   distributed exactly as the target's own sampling.
-- `typical_accept`: Medusa's typical acceptance (Cai et al. 2024): every token must have target
-  probability p >= min(eps, delta * exp(-H)), H the entropy of the target's distribution there.
-- `judged_prefix`: the target check under a named rule (`typical`; `exact`, the target's own
-  tokens; `exact-numbers`, exact on digits, operators and list markers, typical elsewhere).
 - `draft_doubts`: when the draft should stop and let the target judge its run (its own
   probabilities: the last token's, or the run's product; transformers' assistant confidence and
   SpecDec++'s stopping rule).
@@ -17,7 +13,7 @@
 `p` is the target's distribution after the request's shaping (`decoding/sampling.py`: repetition
 penalty, temperature, top-k, top-p, min-p; `nucleus_probs`), `q` the distribution the draft sampled
 the token from, after the same shaping of the draft's logits. Logits passed in are already penalised
-(`Shaping.penalise_rows`), except `typical_prefix`'s, which penalises them itself.
+(`Shaping.penalise_rows`). The target check's token rules are `accept.py`'s.
 """
 
 from __future__ import annotations
@@ -27,9 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specguard_core.config import SpecGuardConfig
-from specguard_core.config import TokenRule as Rule
-from specguard_core.decoding.sampling import NO_SHAPING, Shaping, nucleus_probs, warp_logits
+from specguard_core.decoding.sampling import NO_SHAPING, Shaping, nucleus_probs
 
 
 def draft_doubts(run_logprobs: Sequence[float], token_below: float, run_below: float) -> bool:
@@ -77,74 +71,3 @@ def next_token(target_logits: torch.Tensor, temperature: float, top_p: float,
             p = residual / residual.sum()
     pick = torch.multinomial(p.to(generator.device)[None], 1, generator=generator)
     return int(pick[0, 0])
-
-
-def typical_accept(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float,
-                   shaping: Shaping = NO_SHAPING, prefix: Sequence[int] = (),
-                   ratio: float = 0.0) -> bool:
-    """`target_logits: [>=T, V]` (row i predicts `ids[i]`): every token passes
-    p >= min(eps, delta * exp(-H)) and p >= ratio * max p under the target's temperature-1
-    distribution after the request's repetition penalty (for `prefix + ids[:i]`), top-k and min-p
-    (raw without them). `ratio` guards the positions where the target is sure: Medusa's bound
-    alone lets a token the target gives 13% pass where it gives another 85% (a wrong digit);
-    `ratio=1` passes the target's argmax only (the greedy target's own text)."""
-    return typical_prefix(target_logits, ids, eps, delta, shaping, prefix, ratio) == len(ids)
-
-
-def checked_prefix(target_logits: torch.Tensor, ids: list[int], cfg: SpecGuardConfig,
-                   prefix: Sequence[int] = (), shaping: Shaping | None = None) -> int:
-    """`typical_prefix` with the request's target-check settings (`typical_eps`, `typical_delta`,
-    `typical_ratio`, its shaping: `Shaping.of(cfg)` unless the request's own, with its grammar,
-    is given): how many leading tokens of `ids` the target check passes."""
-    return typical_prefix(target_logits, ids, cfg.typical_eps, cfg.typical_delta,
-                          shaping or Shaping.of(cfg), prefix, cfg.typical_ratio)
-
-
-def judged_prefix(target_logits: torch.Tensor, ids: list[int], cfg: SpecGuardConfig,
-                  prefix: Sequence[int] = (), rule: Rule = "typical",
-                  sensitive: torch.Tensor | None = None, shaping: Shaping | None = None) -> int:
-    """How many leading tokens of `ids` the target's check passes under `rule`
-    (`target_logits: [>=T, V]`, row i predicting `ids[i]`; `sensitive: [V]` bool, the tokens
-    `exact-numbers` judges exactly). Greedy, `exact` passes the target's argmax after the request's
-    repetition penalty (the target's greedy text). Sampling, `exact` passes nothing and
-    `exact-numbers` nothing from the first sensitive token on: the speculative fallback's
-    speculative-sampling rule then judges those tokens, so they follow the target's distribution.
-    `shaping`: the request's (`Shaping.of(cfg)` when None)."""
-    shaping = shaping or Shaping.of(cfg)
-    if rule == "typical" or not ids:
-        return checked_prefix(target_logits, ids, cfg, prefix, shaping)
-    n = len(ids)
-    ids_t = torch.tensor(ids, device=target_logits.device)  # [T]
-    exact_needed = torch.ones(n, dtype=torch.bool, device=target_logits.device)  # [T]
-    if rule == "exact-numbers":
-        assert sensitive is not None, "exact-numbers needs the sensitive-token mask"
-        exact_needed = sensitive.to(target_logits.device)[ids_t]
-    if cfg.temperature > 0:
-        ok = ~exact_needed  # [T]
-    else:
-        rows = shaping.penalise_rows(target_logits[:n].float(), prefix, ids)  # [T, V]
-        ok = (rows.argmax(-1) == ids_t) | ~exact_needed  # [T]
-    exact_ok = int(ok.long().cumprod(0).sum())  # one host sync
-    if rule == "exact":
-        return exact_ok
-    return min(exact_ok, checked_prefix(target_logits, ids, cfg, prefix, shaping))
-
-
-def typical_prefix(target_logits: torch.Tensor, ids: list[int], eps: float, delta: float,
-                   shaping: Shaping = NO_SHAPING, prefix: Sequence[int] = (),
-                   ratio: float = 0.0) -> int:
-    """How many leading tokens of `ids` pass the typical-acceptance bound (all: `len(ids)`);
-    see `typical_accept`."""
-    if not ids:
-        return 0
-    rows = shaping.penalise_rows(target_logits[: len(ids)].float(), prefix, ids)  # [T, V]
-    logp = torch.log_softmax(warp_logits(rows, shaping), dim=-1)  # [T, V]
-    plogp = logp.exp() * logp  # [T, V]
-    if shaping.cuts:  # tokens they cut: 0 log 0 = 0
-        plogp = plogp.masked_fill(logp.isneginf(), 0.0)
-    entropy = -plogp.sum(-1)  # [T]
-    p_x = logp.gather(-1, torch.tensor(ids, device=logp.device)[:, None])[:, 0].exp()  # [T]
-    bound = torch.minimum(torch.full_like(entropy, eps), delta * torch.exp(-entropy))  # [T]
-    if ratio > 0:
-        bound = torch.maximum(bound, ratio * logp.max(dim=-1).values.exp())
-    return int((p_x >= bound).long().cumprod(0).sum())  # one host sync

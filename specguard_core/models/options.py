@@ -26,6 +26,11 @@ from specguard_core.flags import ModelFlags, flag_name
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
 DTYPES: tuple[str, ...] = get_args(DType)
+Backend = Literal["transformers", "llama.cpp"]
+BACKENDS: tuple[str, ...] = get_args(Backend)
+# what only the transformers backend reads (the llama.cpp backend refuses them when set)
+TRANSFORMERS_ONLY = ("dtype", "draft_dtype", "target_dtype", "device_map", "max_memory",
+                     "revision", "trust_remote_code", "quantize", "quantization_config")
 SERVED = ("target_url", "target_model", "target_tokenizer", "target_timeout", "target_api_key",
           "target_top_logprobs")
 TARGET_KEY_ENV = "SPECGUARD_TARGET_API_KEY"  # the commands' default for target_api_key
@@ -67,6 +72,14 @@ class LoadOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    backend: Backend = Field("transformers", description="what runs the in-process models: "
+                             "transformers (CPU or GPU; every verifier signal) or llama.cpp "
+                             "(GGUF files on the CPU through llama-cpp-python, extra [llamacpp], "
+                             "with torch's thread count: logits and the final hidden state, no "
+                             "attention rows or middle layers)")
+    context_size: int = Field(0, ge=0, json_schema_extra=_metavar("TOKENS"), description="llama.cpp: "
+                              "KV-cache cells per model, shared by the requests in flight (0: the "
+                              "model's context window)")
     device: str = Field("auto", json_schema_extra=_metavar("DEVICE"), description="device of both "
                         "models: auto (a CUDA GPU when one is visible, else the CPU), cpu, cuda, "
                         "cuda:N, mps")
@@ -146,6 +159,18 @@ class LoadOptions(BaseModel):
     def _one_quantization(self) -> LoadOptions:
         if self.quantize is not None and self.quantization_config is not None:
             raise ValueError("pass quantize or quantization_config, not both")
+        if self.backend == "llama.cpp":
+            if given := sorted(set(TRANSFORMERS_ONLY) & self.model_fields_set):
+                raise ValueError(f"{', '.join(given)} applies to the transformers backend; the "
+                                 "llama.cpp backend runs a GGUF file as it is quantized")
+            devices = [d for d in (self.device, self.draft_device, self.target_device)
+                       if d not in (None, "auto", "cpu")]
+            if devices:
+                raise ValueError(f"the llama.cpp backend runs on the CPU here; device "
+                                 f"{devices[0]!r} needs --backend transformers")
+        elif self.context_size:
+            raise ValueError("context_size applies to the llama.cpp backend (--backend "
+                             "llama.cpp); transformers caches what each request needs")
         return self
 
     @classmethod
@@ -224,6 +249,15 @@ class LoadFlags(ModelFlags[LoadOptions]):
                  [n for n in self.fields if n not in SERVED])
         if served is not None:
             self.add(parser.add_argument_group(served), SERVED)
+
+    def values(self, args: argparse.Namespace) -> dict[str, Any]:
+        """The command's defaults with what was given over them; on `--backend llama.cpp` the
+        command's transformers defaults (its `--dtype`) do not apply."""
+        values = super().values(args)
+        if values.get("backend") == "llama.cpp":
+            given = self.given(args)
+            values = {k: v for k, v in values.items() if k not in TRANSFORMERS_ONLY or k in given}
+        return values
 
     def parse(self, args: argparse.Namespace) -> LoadOptions:
         """The options of the parsed flags; a served target's flag without --target-url, or a

@@ -44,7 +44,7 @@ NEG = -1.0e4  # the logit of a token outside the server's top K (finite: entropy
 
 def check_served_target(cfg: SpecGuardConfig) -> None:
     """What a request cannot ask of a target on a server: an InputError that says what to use."""
-    if cfg.scoring_model == "target":
+    if cfg.experimental.scoring_model == "target":
         raise InputError("scoring_model='target' reads the target's attention and hidden states, "
                          "which a served target does not expose; score with the draft "
                          "(scoring_model='draft')")
@@ -52,7 +52,7 @@ def check_served_target(cfg: SpecGuardConfig) -> None:
         raise InputError("repetition_penalty needs the target's raw logits, which a served target "
                          "does not return (its passes give log-probabilities); leave it at 1 or "
                          "use an in-process target")
-    if cfg.fallback == "sample" and cfg.fallback_samples > 1 and cfg.selector == "hidden":
+    if cfg.fallback == "sample" and cfg.fallback_samples > 1 and cfg.experimental.selector == "hidden":
         raise InputError(f"fallback_k={cfg.fallback_samples} samples from a served target carry no "
                          "hidden states for the selector to compare; use fallback='speculative' "
                          "or 'greedy', fallback_k=1, or selector='sentence-transformer'")

@@ -17,7 +17,7 @@ def test_run_prints_a_trace_and_summary(pair_dirs: tuple[Path, Path],
     draft, target = pair_dirs
     code = main(["run", "What is 3 + 4?", "--draft", str(draft), "--target", str(target),
                  "--dtype", "float32", "--device", "cpu", "--max-new-tokens", "12",
-                 "--set", "max_step_tokens=4", "--set", "tau=0.5"])
+                 "--set", "max_step_tokens=4", "--set", "route=score", "--set", "tau=0.5"])
     out = capsys.readouterr().out
     assert code == 0
     labels = ("draft kept", "draft checked", "target +", "target regen")

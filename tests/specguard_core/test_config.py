@@ -1,4 +1,4 @@
-"""The configuration's shape: named modes, experimental knobs apart, old names as aliases."""
+"""The configuration's shape: named modes, experimental knobs apart."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from specguard_core.config import (
 
 def test_the_user_facing_config_is_small() -> None:
     outside = set(SpecGuardConfig.model_fields) - {"experimental"}
-    assert len(outside) <= 26, sorted(outside)
+    assert len(outside) <= 30, sorted(outside)  # the rest live under `experimental`
     assert not outside & EXPERIMENTAL
     for cls in (SpecGuardConfig, ExperimentalConfig, EngineConfig, NormBounds):
         undocumented = [n for n, f in cls.model_fields.items() if not f.description]
@@ -31,13 +31,12 @@ def test_the_user_facing_config_is_small() -> None:
 def test_the_default_mode_is_a_named_route() -> None:
     cfg = preset("balanced")
     assert cfg.route == "check" and cfg.action_acceptance == "exact"
-    assert (cfg.typical_eps, cfg.typical_delta) == (0.03, 0.1)  # read through to experimental
+    assert (cfg.typical_eps, cfg.typical_delta) == (0.03, 0.1)
 
 
-def test_infinite_thresholds_still_mean_check_with_a_warning() -> None:
-    with pytest.warns(DeprecationWarning, match="route='check'"):
-        cfg = SpecGuardConfig(tau_accept=math.inf, tau_reject=-math.inf)
-    assert cfg.route == "check" and (cfg.tau_accept, cfg.tau_reject) == (None, None)
+def test_infinite_thresholds_are_the_score_route() -> None:
+    cfg = SpecGuardConfig(tau_accept=math.inf, tau_reject=-math.inf)
+    assert cfg.route == "score" and cfg.thresholds == (math.inf, -math.inf)
 
 
 def test_k_above_one_when_greedy_warns() -> None:
@@ -48,22 +47,37 @@ def test_k_above_one_when_greedy_warns() -> None:
         preset("balanced", k=4, temperature=0.7)
 
 
-def test_experimental_knobs_keep_their_old_names_as_aliases() -> None:
-    with pytest.warns(DeprecationWarning, match="experimental"):
-        cfg = preset("balanced").merged(check_below=0.25)
-    assert cfg.experimental.check_below == 0.25
-    assert cfg.experimental.typical_eps == 0.03  # the preset's other experimental values stay
-    partial = preset("balanced").merged(experimental={"sd_confidence": 0.4})
-    assert (partial.sd_confidence, partial.typical_delta) == (0.4, 0.1)
-    assert parse_sets(["experimental.check_below=0.5", "fast.sd_confidence=0.3"]) == {
-        "check_below": 0.5, "fast.sd_confidence": 0.3}
+def test_experimental_knobs_live_under_experimental_only() -> None:
+    with pytest.raises(ValueError, match=r"check_below is experimental: pass experimental="):
+        preset("balanced").merged(check_below=0.25)
+    with pytest.raises(ValueError, match="check_below is experimental"):
+        SpecGuardConfig(check_below=0.25)
+    assert not hasattr(SpecGuardConfig(), "check_below")  # read as cfg.experimental.check_below
+    cfg = preset("balanced").merged(experimental={"check_below": 0.25})
+    partial = cfg.merged(experimental={"sd_confidence": 0.4})
+    assert (partial.experimental.check_below, partial.experimental.sd_confidence) == (0.25, 0.4)
+    assert partial.typical_delta == 0.1  # the preset's own values stay
+    assert parse_sets(["experimental.check_below=0.5", "fast.experimental.sd_confidence=0.3",
+                       "experimental.sd_confidence=0.2"]) == {
+        "experimental": {"check_below": 0.5, "sd_confidence": 0.2},
+        "fast.experimental": {"sd_confidence": 0.3}}
+    with pytest.raises(ValueError, match="not an experimental knob"):
+        parse_sets(["experimental.k=2"])
     with pytest.raises(ValueError, match="sentence_transformer"):
         SpecGuardConfig(experimental={"selector": "sentence-transformer"})
 
 
-def test_a_tau_override_is_the_two_way_rule() -> None:
-    cfg = preset("balanced").merged(tau=0.5)
+def test_a_tau_override_never_changes_the_route() -> None:
+    cfg = preset("fast").merged(tau=0.5)
     assert cfg.route == "score" and cfg.thresholds == (0.5, 0.5)
+    three_way = SpecGuardConfig(tau_accept=0.9, tau_reject=0.2).merged(tau=0.5)
+    assert three_way.thresholds == (0.5, 0.5)  # tau alone: the two-way rule at tau
+    with pytest.raises(ValueError, match="route='score'"):  # the lossless default stays lossless
+        preset("balanced").merged(tau=0.8)
+    with pytest.raises(ValueError, match="tau=0.8 has no effect"):
+        SpecGuardConfig(route="check", tau=0.8)
+    vouched = preset("balanced").merged(acceptance="vouched", tau=0.8)
+    assert vouched.route == "check" and vouched.tau == 0.8
 
 
 def test_fallback_k_follows_k_unless_set() -> None:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specguard.serve.api.untrusted import card_names, card_path
-from specguard_core.config import Acceptance, NormBounds, move_experimental
+from specguard_core.config import NormBounds
 
 MAX_STOPS = 16  # stop strings per request, each at most 256 characters
 MAX_DELIMITERS = 8  # step delimiters per request, each at most 32 characters
@@ -47,11 +47,7 @@ class ExperimentalKnobs(BaseModel):
     rollout_residual: bool | None = Field(None, description="add the residual to the rollout")
     scoring_model: Literal["draft", "target"] | None = Field(None, description="whose internals "
                                                              "the verifier reads")
-    typical_eps: float | None = Field(None, description="target check: Medusa's epsilon")
-    typical_delta: float | None = Field(None, description="target check: Medusa's delta")
     check_below: float | None = Field(None, description="check after a draft token below this")
-    check_run_below: float | None = Field(None, description="check once the run's product falls "
-                                          "below this")
     fallback_acceptance: Literal["exact", "typical"] | None = Field(
         None, description="speculative fallback's greedy acceptance")
     sd_draft_tokens: int | None = Field(None, ge=1, le=64, description="speculative fallback: "
@@ -94,27 +90,27 @@ class SpecGuardExtension(BaseModel):
     verifier: str | None = Field(None, description="'auto', 'paper', or the name of a card in "
                                  "the operator's Limits.verifier_dir")
     route: Literal["score", "check"] | None = Field(None, description="how a step is routed")
-    acceptance: Acceptance | None = Field(None, description="how the target's check judges")
+    acceptance: str | None = Field(None, description="the token rule the target's check judges "
+                                   "by: typical, exact, exact-numbers, vouched")
     action_acceptance: Literal["exact", "typical"] | None = Field(None, description="how the "
                                                                   "check judges actions")
     fallback: Literal["greedy", "sample", "speculative"] | None = Field(
         None, description="who writes a rejected step")
     fallback_k: int | None = Field(None, ge=1, description="fallback samples (at most "
                                    "Limits.max_k)")
+    typical_eps: float | None = Field(None, description="typical acceptance: Medusa's epsilon")
+    typical_delta: float | None = Field(None, description="typical acceptance: Medusa's delta")
     typical_ratio: float | None = Field(None, description="target check: ratio to the top token")
     check_tokens: int | None = Field(None, ge=0, le=256, description="check while the draft "
                                      "writes, every this many tokens")
+    check_run_below: float | None = Field(None, description="check once the run's product falls "
+                                          "below this")
+    draft_lookahead: int | None = Field(None, ge=0, le=64, description="prompt-lookup guesses per "
+                                        "draft forward")
+
     sd_run_confidence: float | None = Field(None, description="speculative fallback: end a run "
                                             "below this product")
     experimental: ExperimentalKnobs | None = Field(None, description="experimental knobs")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _experimental_at_top(cls, data: Any) -> Any:
-        """Experimental knobs by their old top-level names go under `experimental`."""
-        if isinstance(data, dict) and set(data) & set(ExperimentalKnobs.model_fields):
-            return move_experimental(data)
-        return data
 
     def problems(self, limits: Limits) -> list[str]:
         """Why these knobs exceed the operator's `limits` (or name an unknown card)."""

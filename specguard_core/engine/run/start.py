@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.model import CachedModel
 from specguard_core.cache.state import Target
 from specguard_core.config import SpecGuardConfig
 from specguard_core.decoding.grammar import Grammar
@@ -48,7 +48,7 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
     if not isinstance(parallel_tool_calls, bool):
         raise InputError(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}")
     cfg = config.merged(**overrides)
-    if not isinstance(pair.target, ModelHandle):
+    if not isinstance(pair.target, CachedModel):
         check_served_target(cfg)
     cfg = pair.judge.resolve_verifier(cfg)
     try:
@@ -60,7 +60,7 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
     prompts = [_prompt(h, messages, checked, chat_template_kwargs)
                for h in (pair.draft, pair.target)]
     req = Request(
-        cfg=cfg, tools=checked, required=required,
+        cfg=cfg, tools=checked, required=required, plan=pair.judge.plan(cfg, bool(checked)),
         rules=StepRules.for_tokenizer(pair.target.tokenizer, cfg.step_delimiters)
         .with_tools(() if fmt else [t["function"]["name"] for t in checked]),
         draft=pair.draft.new_state(), target=pair.target.new_state(),
@@ -82,7 +82,7 @@ def _grammar(pair: Pair, fmt: ResponseFormat, tools: list[dict[str, Any]], start
     """The strict format's grammar over the reply (from token `start`), where it can hold: both
     models read one vocabulary, the target runs in process, and no tool is offered (a call
     could not be written)."""
-    if not pair.judge.same_vocab or not isinstance(pair.target, ModelHandle):
+    if not pair.judge.same_vocab or not isinstance(pair.target, CachedModel):
         raise InputError("a strict response_format needs an in-process target sharing the "
                          "draft's vocabulary; drop 'strict' (the answer is then checked, not "
                          "constrained)")
@@ -106,7 +106,7 @@ def _call_grammar(pair: Pair, rules: StepRules, tools: list[dict[str, Any]],
     if required is None and not strict:
         return None
     fmt = (call_format(pair.target.tokenizer, rules.tool_open, rules.tool_close)
-           if pair.judge.same_vocab and isinstance(pair.target, ModelHandle) else None)
+           if pair.judge.same_vocab and isinstance(pair.target, CachedModel) else None)
     lark = calls_lark(tools, required, fmt) if fmt is not None else None
     if lark is None:
         if strict:

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from specguard_core.cache.handle import ModelHandle
+from specguard_core.cache.model import CachedModel
 from specguard_core.cache.state import Target, TentativePass
-from specguard_core.config import TokenRule
 from specguard_core.decoding.grammar import GrammarIndex
 from specguard_core.decoding.proposal import Candidate, Proposal
-from specguard_core.engine.check import GrowingCheck
+from specguard_core.engine.accept import TokenRule
+from specguard_core.engine.check import TargetCheck
 from specguard_core.engine.fallback import generated, regenerate, speculate
 from specguard_core.engine.judge import Judge
 from specguard_core.engine.proposer import propose
@@ -43,7 +43,7 @@ class Pair(Protocol):
     the token index of strict response formats (`decoding.grammar.GrammarIndex`)."""
 
     @property
-    def draft(self) -> ModelHandle: ...
+    def draft(self) -> CachedModel: ...
 
     @property
     def target(self) -> Target: ...
@@ -64,12 +64,12 @@ class Pair(Protocol):
 @dataclass
 class Drafted:
     """The draft's proposal, the candidate the selector picked, its kind (`step_kind`), and the
-    growing check that watched it (None when none ran)."""
+    target's check that watched it grow (None when none did)."""
 
     proposal: Proposal
     pick: int
     kind: tuple[StepKind, bool]
-    growing: GrowingCheck | None
+    check: TargetCheck | None
 
     @property
     def step(self) -> Candidate:
@@ -84,7 +84,7 @@ class Judged:
     verdict: Verdict
     tpass: TentativePass | None
     outcome: Outcome
-    rule: TokenRule
+    rule: TokenRule | None  # None: the target did not check the step
     passed: int = 0
 
 
@@ -98,8 +98,8 @@ def run_step(pair: Pair, req: Request, selector: Selector) -> StepRecord:
             step = _fall_back(pair, req, drafted, selector, judged.tpass, judged.passed)
     else:
         step = _keep(pair, req, drafted, judged.tpass, judged.verdict, judged.outcome)
-    checked = judged.verdict.route == "check" and step.path != "regenerated"
-    step.acceptance = judged.rule if checked else None
+    checked = judged.rule is not None and step.path != "regenerated"
+    step.acceptance = judged.rule.name if checked and judged.rule else None
     return req.commit(step, judged.verdict, timed, drafted.step.text)
 
 
@@ -107,49 +107,40 @@ def _draft(pair: Pair, req: Request, selector: Selector, timed: Phases) -> Draft
     """The draft's k candidates (after it catches up), the selector's pick and its kind."""
     with timed("catch_up"):
         pair.draft.catch_up(req.draft)
-    first_rule = req.rule_for("reasoning")  # an action when it is the turn's first step
-    growing = GrowingCheck.of(pair.target, req, pair.judge.same_vocab, first_rule,
-                              pair.judge.numeric_mask() if first_rule == "exact-numbers" else None)
+    # the rule of a step not yet scored: an action's when it is the turn's first step
+    check = TargetCheck.growing(pair.target, req, req.rule_for("reasoning"))
     with timed("propose"):
         proposal = propose(pair.draft, req.draft, pair.judge.draft_spec(req, selector),
-                           req.generator, check=req.check, watch=growing)
-    if growing is not None:  # its passes ran inside the proposal
-        timed.move(growing.seconds, "propose", "target_check")
+                           req.generator, check=req.check, watch=check)
+    if check is not None:  # its passes ran inside the proposal
+        timed.move(check.seconds, "propose", "target_check")
     with timed("select"):
         pick = selector.select(proposal.candidates)
     kind = step_kind(proposal.candidates[pick].text, req.in_think, req.rules)
-    return Drafted(proposal, pick, kind, growing)
+    return Drafted(proposal, pick, kind, check)
 
 
 def _judge(pair: Pair, req: Request, drafted: Drafted, timed: Phases) -> Judged:
-    """Score and route the picked step; a step routed to the check is kept when the target's check
-    (the growing check's verdicts, when it ran) passes every token of a finished step."""
-    draft_step, growing, judge = drafted.step, drafted.growing, pair.judge
+    """Score and route the picked step; a step routed to the target's check (the one that watched
+    it grow, or one over the whole step) is kept when every token of a finished step passes."""
+    step, watched = drafted.step, drafted.check
     with timed("score"):
-        verdict, tpass = judge.score(req, draft_step, drafted.kind[0])
+        verdict, scored = pair.judge.score(req, step, drafted.kind[0])
+    # an unfinished step (the watching check refused a token): only that refusal counts
+    route = "check" if watched is not None and step.end == "refused" else verdict.route
+    if watched is None and route != "check":
+        return Judged(verdict, scored, "kept" if route == "keep" else "fall back", None)
     rule = req.rule_for(drafted.kind[0], verdict.score)
-    outcome: Outcome = "kept" if verdict.route == "keep" else "fall back"
-    passed = judged = 0  # leading draft tokens the target's check passed
-    if growing is not None:  # the target judged the step as the draft wrote it
-        with timed("target_check"):
-            tpass, judged = growing.finish(draft_step.token_ids, draft_step.n_fed)
-        if draft_step.end == "refused":  # unfinished: only the target's refusal counts
-            verdict = replace(verdict, route="check")
-    if verdict.route == "check":
-        with timed("target_check"):
-            tpass = tpass or judge.target_pass(req, draft_step)
-            checked = judge.checked_ids(draft_step, tpass)
-            if growing is None:
-                passed = judge.check(req, tpass, checked, rule)
-            elif growing.rule != rule:  # a tool call begun mid-turn, or a step not vouched for
-                passed = min(judged, judge.check(req, tpass, checked, rule))
-            else:
-                passed = judged
-            if passed == len(checked) and draft_step.end != "refused":
-                outcome = "target-checked"
-            else:
-                verdict = replace(verdict, reason="the target's check failed")
-    return Judged(verdict, tpass, outcome, rule, passed)
+    ids, n_fed = pair.judge.checked_tokens(step)
+    check = watched or TargetCheck.whole(pair.target, req, rule, scored)
+    with timed("target_check"):
+        tpass, passed = check.finish(ids, n_fed, rule)
+    if route != "check":  # the verifier rejects the step the check watched
+        return Judged(verdict, tpass, "fall back", None)
+    kept = passed == len(ids) and step.end != "refused"
+    reason = None if kept else "the target's check failed"
+    return Judged(replace(verdict, route="check", reason=reason), tpass,
+                  "target-checked" if kept else "fall back", rule, passed)
 
 
 def _keep(pair: Pair, req: Request, drafted: Drafted, tpass: TentativePass | None,
@@ -170,10 +161,10 @@ def _keep(pair: Pair, req: Request, drafted: Drafted, tpass: TentativePass | Non
 
 def _fall_back(pair: Pair, req: Request, drafted: Drafted, selector: Selector,
                tpass: TentativePass | None, passed: int) -> Step:
-    """Speculative fallback when configured and possible (same vocabulary, no forced tool-call
-    prefix), keeping at least the `passed` tokens the target's check accepted; else the target
-    regenerates the step."""
-    if req.cfg.fallback == "speculative" and pair.judge.same_vocab and not req.forced:
+    """Speculative fallback when the plan has it and no tool-call prefix is forced, keeping at
+    least the `passed` tokens the target's check accepted; else the target regenerates the
+    step."""
+    if req.plan.fallback == "speculative" and not req.forced:
         tpass = tpass or pair.judge.target_pass(req, drafted.step)
         return speculate(pair.draft, pair.target, req, drafted.proposal, drafted.pick, tpass,
                          passed)

@@ -48,7 +48,7 @@ def draft_scores(cand: Candidate, cfg: SpecGuardConfig) -> Scores:
     rows = cand.step_rows
     logps = torch.tensor(cand.logprobs)  # [T]
     return Scores(signals.confidence(logps),
-                  None if rows is None else signals.grounding(rows, cfg.rollout_residual),
+                  None if rows is None else signals.grounding(rows, cfg.experimental.rollout_residual),
                   cand.pooled, float(logps.mean()) if logps.numel() else 0.0, cand.n_fed)
 
 
@@ -69,9 +69,9 @@ def target_scores(tpass: TentativePass, recorder: AttentionRecorder | None,
     extra = (pooled, float(logps.mean()), n)
     if recorder is None:
         return Scores(signals.confidence(logps), None, *extra)
-    att = signals.sparsify_rows(recorder.stacked()[0], cfg.sparsify_threshold)  # [L, P+T, n]
+    att = signals.sparsify_rows(recorder.stacked()[0], cfg.experimental.sparsify_threshold)  # [L, P+T, n]
     return Scores(signals.confidence(logps),
-                  signals.grounding(att[:, -n:, -n:], cfg.rollout_residual),  # step rows, cols
+                  signals.grounding(att[:, -n:, -n:], cfg.experimental.rollout_residual),  # step rows, cols
                   *extra)
 
 

@@ -142,11 +142,11 @@ def test_a_knob_in_both_places_has_one_value(spied: tuple[str, list[Any]]) -> No
 def test_algorithm_knobs_still_reach_the_engine(spied: tuple[str, list[Any]]) -> None:
     base, seen = spied
     r = post_chat(base, specguard={"k": 2, "temperature": 0.7, "beta": 0.5, "route": "check",
-                                   "check_tokens": 4, "grounding_layers": 2,
-                                   "experimental": {"typical_eps": 0.05}})
+                                   "check_tokens": 4, "typical_eps": 0.05,
+                                   "experimental": {"grounding_layers": 2}})
     assert r.status_code == 200, r.text
     cfg = seen[-1]
     assert (cfg.k, cfg.beta, cfg.route, cfg.check_tokens) == (2, 0.5, "check", 4)
-    assert (cfg.grounding_layers, cfg.typical_eps) == (2, 0.05)
+    assert (cfg.experimental.grounding_layers, cfg.typical_eps) == (2, 0.05)
     err = error_of(post_chat(base, specguard={"tau_accept": 0.2, "tau_reject": 0.9}), 400)
     assert "tau_reject" in err["message"] and "input_value" not in json.dumps(err)

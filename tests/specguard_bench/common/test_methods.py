@@ -41,6 +41,8 @@ def test_variants_and_balanced_configs() -> None:
     assert sd.k == 4 and sd.fallback_k == paper.fallback_k == 16
     balanced = specguard_config(base, "specguard-balanced", {}, max_new_tokens=50)
     assert balanced.route == "check" and balanced.fallback == "speculative"
-    # an override of tau alone is the two-way rule at that tau
-    two_way = specguard_config(base, "specguard-balanced", {"balanced.tau": 0.6}, max_new_tokens=50)
+    # an override of tau alone is the two-way rule at that tau, on the score route only
+    two_way = specguard_config(base, "specguard-fast", {"fast.tau": 0.6}, max_new_tokens=50)
     assert two_way.thresholds == (0.6, 0.6) and two_way.route == "score"
+    with pytest.raises(ValueError, match="route='score'"):
+        specguard_config(base, "specguard-balanced", {"balanced.tau": 0.6}, max_new_tokens=50)

@@ -155,7 +155,7 @@ def test_engine_scores_steps_with_a_card_as_teacher_forcing_does(
     engine = SpecGuardEngine(d_model, d_tok, t_model, t_tok)
     from specguard_bench.reasoning.problems import messages_for
 
-    result = engine.generate(messages_for("What is 2 + 3?"), verifier=str(path), tau=-math.inf,
+    result = engine.generate(messages_for("What is 2 + 3?"), verifier=str(path), route="score", tau=-math.inf,
                              k=1, max_steps=3, max_step_tokens=10, max_new_tokens=30)
     draft = engine.draft
     prompt = prompt_token_ids(draft, "What is 2 + 3?")

@@ -141,7 +141,7 @@ def test_an_engine_runs_every_forward_of_its_cpu_models_on_its_runner(
     def call(prompt: str) -> None:
         callers.add(threading.get_ident())
         try:
-            engine.generate(prompt, max_new_tokens=12, tau=1.0)
+            engine.generate(prompt, max_new_tokens=12, route="score", tau=1.0)
         except BaseException as err:  # noqa: BLE001 - handed to the test
             errors.append(err)
 

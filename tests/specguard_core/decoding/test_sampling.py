@@ -23,9 +23,8 @@ from specguard_core.decoding.sampling import (
     nucleus_probs,
     sample_tokens,
     sample_with_probs,
-    warp_logits,
 )
-from specguard_core.engine.speculative import accepted_prefix, next_token, typical_prefix
+from specguard_core.engine.speculative import accepted_prefix, next_token
 from tests.specguard_core.engine.stats_helpers import chi_square_p
 
 
@@ -150,11 +149,3 @@ def test_speculative_sampling_keeps_the_targets_shaped_distribution(
     assert chi_square_p(counts, q) < 1e-6
 
 
-def test_typical_check_judges_the_shaped_target_distribution() -> None:
-    logits = torch.tensor([[4.0, 3.9, 0.0, 0.0]] * 2)  # two near-equal favourites
-    assert typical_prefix(logits, [1, 1], 0.09, 0.3) == 2
-    assert typical_prefix(logits, [1, 1], 0.09, 0.3, Shaping(top_k=1)) == 0  # outside top-1
-    # token 1 already in the sequence: a strong penalty pushes it under the bound
-    assert typical_prefix(logits, [1, 1], 0.09, 0.3, Shaping(repetition_penalty=50.0), [2]) == 1
-    assert typical_prefix(logits, [1, 1], 0.09, 0.3, Shaping(repetition_penalty=50.0), [1]) == 0
-    assert torch.equal(warp_logits(logits, Shaping()), logits)

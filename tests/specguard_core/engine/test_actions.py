@@ -114,9 +114,10 @@ def test_the_first_step_with_tools_is_the_target_s_greedy_text(tmp_path: Path, r
     """Float32 tiny random pair (the draft a noisy copy of the target): with tools offered, the
     turn's first step (where the model chooses between calling and answering) is the target's
     greedy text token for token, on both routes."""
+    keep_all = dict(tau=-float("inf")) if route == "score" else {}  # the score route: keep all
     cfg = SpecGuardConfig(k=1, temperature=0.0, max_new_tokens=24, max_step_tokens=12,
-                          fallback="speculative", route=route, tau=-float("inf"),
-                          typical_eps=0.0, typical_delta=0.0)  # typical would pass every token
+                          fallback="speculative", route=route, typical_eps=0.0,
+                          typical_delta=0.0, **keep_all)  # typical would pass every token
     engine = SpecGuardEngine(*noisy_copy_pair(tmp_path, noise=0.3), config=cfg)
     prompt = engine.prompt_ids("What is the weather in Paris?", tools=[WEATHER])
     want = reference(engine.target.model, prompt, 24)

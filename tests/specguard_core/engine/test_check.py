@@ -1,6 +1,6 @@
-"""The target check while the draft writes (`check_tokens`, `check_below`, `check_run_below`): the
-same output and
-paths as checking each written step, fewer wasted draft tokens, caches consistent."""
+"""The target check while the draft writes (`check_tokens`, `check_run_below`, experimental
+`check_below`): the same output and paths as checking each written step, fewer wasted draft
+tokens, caches consistent; the plan says when it is off."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import math
 import pytest
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
-from specguard_core.engine.check import GrowingCheck
+from specguard_core.decoding.sampling import Shaping
+from specguard_core.engine.check import TargetCheck
 from specguard_core.testing import scripted_engine
 from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
 from tests.specguard_core.engine.test_engine import GREEDY, QUESTION, all_ids, reference
 from tests.specguard_core.engine.test_paths import DRAFT, SD, TARGET
 
-CHECKED = dict(tau_accept=math.inf, tau_reject=-math.inf, typical_eps=0.03, typical_delta=0.1,
-               typical_ratio=0.3)
+CHECKED = dict(route="check", typical_eps=0.03, typical_delta=0.1, typical_ratio=0.3)
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +35,8 @@ def _wasted(result: object) -> int:
 def test_checking_as_the_draft_writes_keeps_the_output_and_wastes_less(
         engine: SpecGuardEngine, every: int, below: float, run_below: float) -> None:
     whole = engine.generate(QUESTION, **CHECKED)
-    growing = engine.generate(QUESTION, check_tokens=every, check_below=below,
-                              check_run_below=run_below, **CHECKED)
+    growing = engine.generate(QUESTION, check_tokens=every, check_run_below=run_below,
+                              experimental={"check_below": below}, **CHECKED)
     assert all_ids(growing) == all_ids(whole)
     assert [s.path for s in growing.steps] == [s.path for s in whole.steps]
     assert [s.verified_prefix for s in growing.steps] == [s.verified_prefix for s in whole.steps]
@@ -65,8 +65,8 @@ def test_the_caches_hold_exactly_the_output(engine: SpecGuardEngine) -> None:
 
 def test_the_draft_stops_at_the_first_refused_token() -> None:
     engine = scripted_engine(lambda p: TARGET, lambda p: DRAFT, config=SD)
-    whole = engine.generate("Go", tau_accept=math.inf, tau_reject=-math.inf)
-    growing = engine.generate("Go", tau_accept=math.inf, tau_reject=-math.inf, check_tokens=1)
+    whole = engine.generate("Go", route="check")
+    growing = engine.generate("Go", route="check", check_tokens=1)
     assert growing.raw_text == whole.raw_text == TARGET
     step2 = growing.steps[1]
     assert step2.path == "target-verified"
@@ -76,14 +76,19 @@ def test_the_draft_stops_at_the_first_refused_token() -> None:
 
 
 def test_other_configurations_check_the_written_step(engine: SpecGuardEngine) -> None:
-    """A finite tau_accept (the target may not be needed) or k > 1 (the selector needs whole
-    steps) ignores check_tokens: same output, same number of target passes."""
-    for extra in (dict(tau_accept=0.5, tau_reject=0.2), dict(k=2)):
+    """The score route (the target may not be needed) or k > 1 (the selector needs whole steps)
+    checks each written step: same output, same number of target passes, and the plan says why
+    the growing check is off (with one warning, as check_tokens was asked for)."""
+    for extra, why in ((dict(route="score", tau_accept=0.5, tau_reject=0.2), "route='score'"),
+                       (dict(k=2), "k=2 candidates")):
         cfg = {**CHECKED, **extra}
         a = engine.generate(QUESTION, **cfg)
-        b = engine.generate(QUESTION, check_tokens=2, **cfg)
+        with pytest.warns(UserWarning, match=f"growing check off: {why}"):
+            b = engine.generate(QUESTION, check_tokens=2, **cfg)
         assert all_ids(a) == all_ids(b)
         assert a.stats.target_forward_passes == b.stats.target_forward_passes
+        assert b.plan["check"] == "whole" and any(why in n for n in b.plan["notes"])
+    assert engine.generate(QUESTION, check_tokens=2, **CHECKED).plan["check"] == "growing"
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +109,8 @@ def test_short_budgets_and_split_characters_keep_the_whole_step_verdicts(
     whole = noisier.generate(prompt, **cfg)
     for every, below, run_below in ((1, 0.0, 0.0), (2, 0.0, 0.0), (3, 0.0, 0.0), (64, 0.5, 0.0),
                                     (4, 0.3, 0.0), (64, 0.0, 0.5)):
-        growing = noisier.generate(prompt, check_tokens=every, check_below=below,
-                                   check_run_below=run_below, **cfg)
+        growing = noisier.generate(prompt, check_tokens=every, check_run_below=run_below,
+                                   experimental={"check_below": below}, **cfg)
         assert all_ids(growing) == all_ids(whole)
         assert [s.path for s in growing.steps] == [s.path for s in whole.steps]
 
@@ -113,8 +118,10 @@ def test_short_budgets_and_split_characters_keep_the_whole_step_verdicts(
 def test_a_finite_tau_reject_checks_the_written_step(engine: SpecGuardEngine) -> None:
     """Steps may then be rejected on their score, which needs the whole step: check_tokens is
     not used (same output, same target passes)."""
-    cfg = dict(CHECKED, tau_reject=0.9)
-    a, b = engine.generate(QUESTION, **cfg), engine.generate(QUESTION, check_tokens=3, **cfg)
+    cfg = dict(CHECKED, route="score", tau_accept=math.inf, tau_reject=0.9)
+    a = engine.generate(QUESTION, **cfg)
+    with pytest.warns(UserWarning, match="growing check off"):
+        b = engine.generate(QUESTION, check_tokens=3, **cfg)
     assert all_ids(a) == all_ids(b)
     assert a.stats.target_forward_passes == b.stats.target_forward_passes
 
@@ -123,22 +130,20 @@ def test_cancelling_mid_check_leaves_the_engine_usable(engine: SpecGuardEngine,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A request cancelled while the target judges the growing step stops at its next forward;
     the next request gets exactly what it would have got anyway."""
-    from specguard_core.engine.check import GrowingCheck
-
     want = engine.generate(QUESTION, check_tokens=2, **CHECKED)
     stream = engine.stream(QUESTION, check_tokens=2, **CHECKED)
-    real, calls = GrowingCheck._judge, []
+    real, calls = TargetCheck._judge, []
 
-    def judge(self: GrowingCheck, token_ids: list[int], n_fed: int) -> None:
+    def judge(self: TargetCheck, token_ids: list[int], n_fed: int) -> None:
         calls.append(len(token_ids))
         if len(calls) == 3:
             stream._cancel.set()  # as close() from another thread would, mid-check
         real(self, token_ids, n_fed)
 
-    monkeypatch.setattr(GrowingCheck, "_judge", judge)
+    monkeypatch.setattr(TargetCheck, "_judge", judge)
     steps = list(stream)  # ends quietly at the cancel
     assert len(calls) == 3 and stream.cancelled and len(steps) < len(want.steps)
-    monkeypatch.setattr(GrowingCheck, "_judge", real)
+    monkeypatch.setattr(TargetCheck, "_judge", real)
     again = engine.generate(QUESTION, check_tokens=2, **CHECKED)
     assert all_ids(again) == all_ids(want)
 
@@ -161,11 +166,13 @@ def test_the_run_product_trigger_multiplies_the_probabilities_since_the_last_che
     """0.9 per token: the product drops below 0.7 at the 4th token (0.9^4 = 0.66), so checks fall
     on tokens 4 and 8; a per-token bound of 0.7 (`check_below`) would never trigger."""
     for cfg, expected in ((SpecGuardConfig(check_tokens=64, check_run_below=0.7), [4, 8]),
-                          (SpecGuardConfig(check_tokens=64, check_below=0.7), [])):
-        check = GrowingCheck(target=None, state=None, cfg=cfg)  # type: ignore[arg-type]
+                          (SpecGuardConfig(check_tokens=64, experimental={"check_below": 0.7}),
+                           [])):
+        check = TargetCheck(target=None, state=None, cfg=cfg, rule=None, shaping=Shaping(),  # type: ignore[arg-type]
+                            every=64)
         judged: list[int] = []
 
-        def judge(ids: list[int], n_fed: int, check: GrowingCheck = check,
+        def judge(ids: list[int], n_fed: int, check: TargetCheck = check,
                   judged: list[int] = judged) -> None:  # every token passes
             judged.append(len(ids))
             check.checked = check.passed = len(ids)

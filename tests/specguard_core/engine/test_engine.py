@@ -102,8 +102,9 @@ def test_sampling_is_seeded(engine: SpecGuardEngine) -> None:
 
 
 def test_target_scoring_and_sample_fallback_run(engine: SpecGuardEngine) -> None:
-    result = engine.generate(QUESTION, scoring_model="target", fallback="sample", fallback_k=3,
-                             k=2, temperature=0.7, tau=0.5, max_new_tokens=24)
+    result = engine.generate(QUESTION, experimental={"scoring_model": "target"},
+                             fallback="sample", fallback_k=3, k=2, temperature=0.7, tau=0.5,
+                             max_new_tokens=24)
     assert result.usage.completion_tokens == 24
     assert all(s.confidence is not None and s.grounding is not None for s in result.steps)
 
@@ -181,7 +182,7 @@ def test_beta_one_skips_attention_capture(engine: SpecGuardEngine,
     assert made == []  # no attention rows were captured
     assert without.raw_text == with_capture.raw_text  # capture never changes what is generated
     assert all(s.grounding is None and s.score is not None for s in without.steps)
-    target_scored = engine.generate(QUESTION, beta=1.0, scoring_model="target", **run)
+    target_scored = engine.generate(QUESTION, beta=1.0, experimental={"scoring_model": "target"}, **run)
     assert made == [] and all(s.grounding is None for s in target_scored.steps)
     bounds = engine.calibrate([QUESTION], beta=1.0, max_new_tokens=24)
     assert bounds.confidence_min < bounds.confidence_max

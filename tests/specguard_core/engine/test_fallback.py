@@ -193,7 +193,7 @@ def test_checking_every_step_with_ratio_one_is_the_targets_greedy_text(
         engine: SpecGuardEngine) -> None:
     """typical_ratio=1 passes only the target's argmax, so checking every step is lossless; the
     default ratio 0 (Medusa's bound alone) lets the target's less likely tokens through."""
-    checked = dict(tau_accept=math.inf, tau_reject=-math.inf)
+    checked = dict(route="check")
     target = reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
     strict = engine.generate(QUESTION, typical_ratio=1.0, **checked)
     assert all_ids(strict) == target
@@ -208,14 +208,15 @@ def test_typical_acceptance_in_the_fallback_keeps_more_draft_tokens(
     """fallback_acceptance="typical" keeps drafted tokens the target's check would pass: with
     ratio 1 that is its argmax alone (the target's greedy text again); with Medusa's bound the
     fallback keeps more draft tokens per target pass than exact acceptance does."""
-    checked = dict(tau_accept=math.inf, tau_reject=-math.inf, typical_eps=0.03,
+    checked = dict(route="check", typical_eps=0.03,
                    typical_delta=0.1, typical_ratio=0.3)
     target = reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
-    strict = engine.generate(QUESTION, fallback_acceptance="typical",
+    strict = engine.generate(QUESTION, experimental={"fallback_acceptance": "typical"},
                              **{**checked, "typical_ratio": 1.0})
     assert all_ids(strict) == target
     exact = engine.generate(QUESTION, **checked)
-    typical = engine.generate(QUESTION, fallback_acceptance="typical", **checked)
+    typical = engine.generate(QUESTION, experimental={"fallback_acceptance": "typical"},
+                              **checked)
     verified = [s for s in typical.steps if s.path == "target-verified"]
     assert verified and all_ids(typical) != all_ids(exact)
     per_pass = [r.stats.draft_tokens / r.stats.target_forward_passes for r in (exact, typical)]
@@ -226,7 +227,8 @@ def test_a_confidence_stop_keeps_the_fallback_exact(engine: SpecGuardEngine) -> 
     """sd_confidence ends a draft run early at a doubted token: the output is still the target's
     greedy text; stopping at every token (1.0) takes more, shorter target passes."""
     target = reference(engine.target.model, engine.prompt_ids(QUESTION), 48)
-    runs = {c: engine.generate(QUESTION, tau=math.inf, sd_confidence=c) for c in (0.0, 0.5, 1.0)}
+    runs = {c: engine.generate(QUESTION, tau=math.inf, experimental={"sd_confidence": c})
+            for c in (0.0, 0.5, 1.0)}
     assert all(all_ids(r) == target for r in runs.values())
     passes = [runs[c].stats.target_forward_passes for c in (0.0, 1.0)]
     assert passes[1] > passes[0]
@@ -271,7 +273,7 @@ class _SureDraft:
 @pytest.mark.parametrize(("knobs", "run"), [
     (dict(sd_run_confidence=0.7), 4),  # 0.9^4 = 0.66 < 0.7: the run ends at its 4th token
     (dict(sd_run_confidence=0.5), 7),  # 0.9^7 = 0.48
-    (dict(sd_confidence=0.7), 16),  # one token below 0.7: never
+    (dict(experimental={"sd_confidence": 0.7}), 16),  # one token below 0.7: never
     (dict(), 16),
 ])
 def test_a_draft_run_ends_on_the_product_of_its_probabilities(knobs: dict[str, float],
@@ -280,7 +282,7 @@ def test_a_draft_run_ends_on_the_product_of_its_probabilities(knobs: dict[str, f
 
     cfg = SpecGuardConfig(temperature=0.0, **knobs).merged(draft_lookahead=0)  # no cache here
     req: Any = SimpleNamespace(cfg=cfg, generator=torch.Generator().manual_seed(0),
-                               shaping=Shaping.of(cfg))
+                               shaping=Shaping.of(cfg), plan=SimpleNamespace(guesses=0))
     toks, probs, rows, lps = _draft_run(_SureDraft(), SimpleNamespace(ids=[1, 2]), 16, req)  # type: ignore[arg-type]
     assert toks == [5] * run and len(lps) == run
     assert all(abs(lp - math.log(0.9)) < 1e-5 for lp in lps if lp is not None)
@@ -320,7 +322,7 @@ def test_a_lookahead_run_keeps_only_the_drafts_own_tokens() -> None:
         eng.draft.extend(state, prompt)
         cfg = eng.config.merged(sd_run_confidence=0.0, draft_lookahead=look)
         req: Any = SimpleNamespace(cfg=cfg, generator=torch.Generator().manual_seed(0),
-                                   shaping=Shaping.of(cfg))
+                                   shaping=Shaping.of(cfg), plan=SimpleNamespace(guesses=look))
         calls = state.counters.forward_calls
         toks, probs, _rows, lps = _draft_run(eng.draft, state, 30, req)
         assert state.ids == prompt + toks[:-1]

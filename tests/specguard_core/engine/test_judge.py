@@ -27,8 +27,8 @@ def test_auto_resolves_to_the_paper_verifier_when_no_card_matches_the_scoring_mo
 
 
 def test_grounding_is_captured_only_when_the_paper_ensemble_weighs_it(judge: Judge) -> None:
-    layers = judge.capture_layers(judge.draft, SpecGuardConfig(verifier="paper", beta=0.5,
-                                                               grounding_layers=2))
+    layers = judge.capture_layers(judge.draft, SpecGuardConfig(
+        verifier="paper", beta=0.5, experimental={"grounding_layers": 2}))
     assert layers is not None and len(layers) == 2
     assert judge.capture_layers(judge.draft, SpecGuardConfig(verifier="paper", beta=1.0)) is None
     assert judge.pool_layers(judge.draft, SpecGuardConfig(verifier="paper")) == ()
@@ -51,8 +51,9 @@ def test_convert_passes_ids_through_a_shared_vocabulary_and_text_otherwise(judge
     assert hetero.convert([i + 1 for i in ids], other, judge.draft) == ids
 
 
-def test_checked_ids_are_the_draft_tokens_or_the_target_pass_tokens(judge: Judge) -> None:
-    cand: Any = SimpleNamespace(token_ids=[1, 2, 3])
-    tpass: Any = SimpleNamespace(ids=[7, 8])
-    assert judge.checked_ids(cand, tpass) == [1, 2, 3]
-    assert Judge(judge.draft, judge.target, same_vocab=False).checked_ids(cand, tpass) == [7, 8]
+def test_checked_tokens_are_the_draft_tokens_or_their_target_encoding(judge: Judge) -> None:
+    cand: Any = SimpleNamespace(token_ids=[1, 2, 3], n_fed=2, fed=[1, 2])
+    assert judge.checked_tokens(cand) == ([1, 2, 3], 2)  # a final EOS is judged, not fed
+    hetero = Judge(judge.draft, judge.target, same_vocab=False)
+    ids = judge.target.encode(judge.draft.decode([1, 2]))
+    assert hetero.checked_tokens(cand) == (ids, len(ids))

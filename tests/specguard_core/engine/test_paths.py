@@ -21,7 +21,7 @@ def test_each_path_is_taken_and_recorded() -> None:
     assert kept.stats.steps_kept == 3 and kept.stats.target.forward_calls == 0
     # every step checked: step 1 agrees (kept after one target pass), step 2 fails the check and
     # the target keeps its verified prefix, then writes the rest
-    checked = engine.generate("Go", tau_accept=math.inf, tau_reject=-math.inf)
+    checked = engine.generate("Go", route="check")
     assert checked.raw_text == TARGET
     paths = [s.path for s in checked.steps]
     assert paths[0] == "target-checked" and paths[1] == "target-verified"

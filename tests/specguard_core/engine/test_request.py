@@ -66,11 +66,15 @@ def test_either_model_out_of_room_ends_with_length() -> None:
     import torch
 
     from specguard_core.cache.state import CacheState
+    from specguard_core.engine.accept import Rules
+    from specguard_core.engine.plan import PairFacts, make_plan
     from specguard_core.engine.request import Request, Step
     from specguard_core.text.steps import StepRules
 
     def request(draft_len: int, target_len: int) -> Request:
-        req = Request(cfg=SpecGuardConfig(max_new_tokens=100), tools=[], required=None,
+        cfg = SpecGuardConfig(max_new_tokens=100)
+        plan = make_plan(cfg, PairFacts(True, True, True, None, ()), Rules(None), tools=False)
+        req = Request(cfg=cfg, tools=[], required=None, plan=plan,
                       rules=StepRules(), draft=CacheState(cache=None), target=CacheState(cache=None),
                       generator=torch.Generator(), prompt_tokens=5, context_window=50)
         req.draft.ids, req.target.ids = list(range(draft_len)), list(range(target_len))

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from specguard_core.decoding.sampling import nucleus_probs, sample_with_probs
-from specguard_core.engine.speculative import accepted_prefix, next_token, typical_accept
+from specguard_core.engine.speculative import accepted_prefix, next_token
 from tests.specguard_core.engine.stats_helpers import chi_square_p
 
 
@@ -48,36 +48,6 @@ def test_greedy_acceptance_keeps_the_agreeing_prefix() -> None:
     assert next_token(logits[2], 0.0, 1.0, gen) == 4
     assert accepted_prefix(logits, [2, 0, 4], [1.0] * 3, 0.0, 1.0, gen) == 3
     assert accepted_prefix(logits, [1], [1.0], 0.0, 1.0, gen) == 0
-
-
-def test_typical_acceptance_threshold() -> None:
-    peaked = torch.tensor([[5.0, 0.0, 0.0, 0.0]])  # low entropy: bound ~ min(eps, delta*e^-H)
-    flat = torch.zeros(1, 4)  # H = log 4: bound = min(0.09, 0.3 / 4) = 0.075 < 0.25
-    assert typical_accept(peaked, [0], 0.09, 0.3)
-    assert not typical_accept(peaked, [1], 0.09, 0.3)  # p(1) ~ 0.0066
-    assert typical_accept(flat, [3], 0.09, 0.3)
-    assert not typical_accept(flat, [3], 0.3, 2.0)  # bound = min(0.3, 0.5) > 0.25
-
-
-def test_typical_prefix_counts_leading_passes() -> None:
-    from specguard_core.engine.speculative import typical_prefix
-
-    logits = torch.tensor([[5.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0]])
-    assert typical_prefix(logits, [0, 3, 1], 0.09, 0.3) == 2  # third token: p ~ 0.0066 fails
-    assert typical_prefix(logits, [1, 3, 0], 0.09, 0.3) == 0
-    assert typical_prefix(logits, [0, 3, 0], 0.09, 0.3) == 3
-
-
-def test_ratio_rejects_what_the_target_is_sure_against() -> None:
-    """The measured case (GSM8K problem 0, "16 - 3 - 4 = 10"): the target gave "9" 0.85 and the
-    draft's "1" 0.13; Medusa's bound (0.09) passes it, a ratio of 0.3 does not."""
-    probs = torch.tensor([[0.85, 0.13, 0.01, 0.01]])
-    logits = probs.log()
-    assert typical_accept(logits, [1], 0.09, 0.3)
-    assert not typical_accept(logits, [1], 0.09, 0.3, ratio=0.3)
-    assert typical_accept(logits, [0], 0.09, 0.3, ratio=1.0)  # the argmax always passes
-    flat = torch.tensor([[0.3, 0.25, 0.25, 0.2]]).log()  # unsure: near-equal alternatives pass
-    assert typical_accept(flat, [3], 0.09, 0.3, ratio=0.3)
 
 
 def test_the_residual_works_across_padded_vocabulary_widths() -> None:

@@ -24,7 +24,7 @@ def test_a_float32_draft_beside_a_bfloat16_target_loads_and_runs(pair_dirs: tupl
     assert engine.draft.model.dtype == torch.float32
     assert engine.target.model.dtype == torch.bfloat16
     for fallback in ("greedy", "speculative"):  # the target writes: both models run
-        result = engine.generate("What is 3 + 4?", k=1, temperature=0.0, tau=math.inf,
+        result = engine.generate("What is 3 + 4?", k=1, temperature=0.0, route="score", tau=math.inf,
                                  max_new_tokens=8, max_step_tokens=4, fallback=fallback)
         assert result.usage.completion_tokens == 8
         assert result.stats.draft.decoded + result.stats.draft.prefilled > 0
@@ -34,7 +34,7 @@ def test_a_float32_draft_beside_a_bfloat16_target_loads_and_runs(pair_dirs: tupl
                                               target_device="cpu", progress=False)
     assert (flipped.draft.model.dtype, flipped.target.model.dtype) == (torch.bfloat16,
                                                                       torch.float32)
-    assert flipped.generate("Hi", k=1, temperature=0.0, tau=0.5,
+    assert flipped.generate("Hi", k=1, temperature=0.0, route="score", tau=0.5,
                             max_new_tokens=4).usage.completion_tokens == 4
 
 
@@ -67,7 +67,7 @@ def test_a_draft_on_the_cpu_beside_a_target_on_the_gpu(pair_dirs: tuple[Path, Pa
     assert (engine.draft.device.type, engine.target.device.type) == ("cpu", "cuda")
     for fallback in ("sample", "speculative"):
         result = engine.generate("What is 3 + 4?", k=2, temperature=0.8, top_k=20,
-                                 repetition_penalty=1.2, tau=math.inf, fallback=fallback,
+                                 repetition_penalty=1.2, route="score", tau=math.inf, fallback=fallback,
                                  fallback_k=2, max_new_tokens=12, max_step_tokens=4)
         assert result.usage.completion_tokens == 12
 

@@ -128,8 +128,8 @@ def test_each_path_is_taken_and_recorded_as_in_process(scripted: dict[str, Any])
     local, remote = _scripted_engines(scripted)
     kept = remote.generate("Go", tau=-math.inf)
     assert [s.path for s in kept.steps] == ["kept"] * 3 and kept.raw_text == DRAFT
-    checked = remote.generate("Go", tau_accept=math.inf, tau_reject=-math.inf)
-    want = local.generate("Go", tau_accept=math.inf, tau_reject=-math.inf)
+    checked = remote.generate("Go", route="check")
+    want = local.generate("Go", route="check")
     assert checked.raw_text == want.raw_text == TARGET
     paths = [s.path for s in checked.steps]
     assert paths == [s.path for s in want.steps]
@@ -199,7 +199,7 @@ def test_a_served_target_checks_the_step_while_the_draft_writes_it(
     d_model, d_tok, t_model, t_tok = noisy_copy_pair(tmp_path_factory.mktemp("noisy-remote"),
                                                      noise=0.01)  # some steps pass
     fake = FakeVLLM(t_model, t_tok, name="noisy")
-    checked = dict(tau_accept=math.inf, tau_reject=-math.inf, typical_eps=0.03,
+    checked = dict(route="check", typical_eps=0.03,
                    typical_delta=0.1, typical_ratio=0.3)
     with live_server(fake.app()) as base:
         target = RemoteTarget.connect(f"{base}/v1", "noisy", t_tok)
@@ -274,7 +274,7 @@ def test_what_a_remote_target_cannot_do_is_refused(
         tiny_pair: Any, tiny_server: tuple[FakeVLLM, str]) -> None:
     _, remote = _engines(tiny_pair, tiny_server[1])
     with pytest.raises(InputError, match="scoring_model='draft'"):
-        remote.generate(QUESTION, scoring_model="target")
+        remote.generate(QUESTION, experimental={"scoring_model": "target"})
     with pytest.raises(InputError, match="repetition_penalty needs the target's raw logits"):
         remote.generate(QUESTION, repetition_penalty=1.2)
     with pytest.raises(InputError, match="fallback_k=4 samples from a served target"):

@@ -52,8 +52,8 @@ def test_card_for_another_model_is_refused(tiny_pair: tuple[Any, ...], tmp_path:
     with pytest.raises(CardError, match="hidden_size"):
         engine.generate("2 + 3?", verifier=str(path), max_new_tokens=4)
     # the same card is fine when the target scores the steps
-    engine.generate("2 + 3?", verifier=str(path), scoring_model="target", max_new_tokens=4,
-                    tau=-math.inf)
+    engine.generate("2 + 3?", verifier=str(path), experimental={"scoring_model": "target"}, max_new_tokens=4,
+                    route="score", tau=-math.inf)
 
 
 def test_bad_cards_are_clear_errors(tiny_pair: tuple[Any, ...], tmp_path: Path) -> None:
@@ -105,11 +105,11 @@ def test_shipped_card_runs_on_the_default_pair() -> None:
     engine = SpecGuardEngine.from_pretrained(str(REAL_DRAFT), str(REAL_TARGET), device="cpu",
                                              dtype="bfloat16", progress=False)
     result = engine.generate("What is 12 * 7?", verifier=str(SHIPPED), k=1, temperature=0.0,
-                             tau=-math.inf, max_new_tokens=48, max_steps=3)
+                             route="score", tau=-math.inf, max_new_tokens=48, max_steps=3)
     scores = [s.score for s in result.steps if s.score is not None]
     assert scores and all(0.0 < s < 1.0 for s in scores)
     with pytest.raises(CardError, match="trained on qwen2.5-coder-0.5b"):
-        engine.generate("What is 12 * 7?", verifier=str(SHIPPED), scoring_model="target",
+        engine.generate("What is 12 * 7?", verifier=str(SHIPPED), experimental={"scoring_model": "target"},
                         max_new_tokens=8)
 
 
@@ -122,20 +122,21 @@ def test_auto_verifier_uses_the_card_shipped_for_the_draft(tiny_pair: tuple[Any,
     card_for(t_model, t_tok).save(target_card)
     assert shipped_card(d_model, d_tok) is None  # only a card for another model is shipped
     engine = SpecGuardEngine(d_model, d_tok, t_model, t_tok)
-    paper = engine.generate("2 + 3?", verifier="auto", max_new_tokens=4, tau=-math.inf)
+    paper = engine.generate("2 + 3?", verifier="auto", max_new_tokens=4, route="score", tau=-math.inf)
     assert paper.verifier == "paper" and paper.trace()["verifier"] == "paper"
-    # with scoring_model="target" the target's card is the one that matches
-    scored = engine.generate("2 + 3?", verifier="auto", scoring_model="target", max_new_tokens=4,
-                             tau=-math.inf)
+    # with experimental={"scoring_model": "target"} the target's card is the one that matches
+    scored = engine.generate("2 + 3?", verifier="auto", experimental={"scoring_model": "target"},
+                             max_new_tokens=4, route="score", tau=-math.inf)
     assert scored.verifier == str(target_card)
 
     draft_card = tmp_path / "b-draft.json"
     card_for(d_model, d_tok).save(draft_card)
     assert shipped_card(d_model, d_tok) == draft_card
     engine = SpecGuardEngine(d_model, d_tok, t_model, t_tok)  # resolved once per engine and model
-    result = engine.generate("2 + 3?", verifier="auto", max_new_tokens=4, tau=-math.inf)
+    result = engine.generate("2 + 3?", verifier="auto", max_new_tokens=4, route="score", tau=-math.inf)
     assert result.verifier == str(draft_card)
-    explicit = engine.generate("2 + 3?", verifier=str(draft_card), max_new_tokens=4, tau=-math.inf)
+    explicit = engine.generate("2 + 3?", verifier=str(draft_card), max_new_tokens=4,
+                               route="score", tau=-math.inf)
     assert [s.score for s in result.steps] == [s.score for s in explicit.steps]
     scores = [s.score for s in result.steps if s.score is not None]
     assert scores and all(0.0 < s < 1.0 for s in scores)
@@ -156,7 +157,7 @@ def test_attention_is_captured_only_for_a_verifier_that_reads_grounding(
     path = tmp_path / "card.json"
     card_for(d_model, d_tok).save(path)  # hidden:1 + confidence: no grounding
     engine = SpecGuardEngine(d_model, d_tok, t_model, t_tok)
-    run = dict(beta=0.3, tau=-math.inf, max_new_tokens=8)
+    run = dict(beta=0.3, route="score", tau=-math.inf, max_new_tokens=8)
     carded = engine.generate("2 + 3?", verifier=str(path), **run)
     assert carded.steps and all(s.grounding is None for s in carded.steps)
     paper = engine.generate("2 + 3?", verifier="paper", **run)
@@ -174,7 +175,7 @@ def test_auto_says_so_when_a_card_for_a_lookalike_model_ships(
     lookalike.save(tmp_path / "lookalike.json")
     engine = SpecGuardEngine(d_model, d_tok, t_model, t_tok)
     with pytest.warns(UserWarning, match="same shape .* another config"):
-        result = engine.generate("2 + 3?", max_new_tokens=4, tau=-math.inf)
+        result = engine.generate("2 + 3?", max_new_tokens=4, route="score", tau=-math.inf)
     assert result.verifier == "paper"
 
 

@@ -62,7 +62,7 @@ def test_a_card_for_the_base_model_is_refused_for_its_fine_tune(
     card_for(d_model, d_tok).save(card)
     assert VerifierCard.load(card).model.weights_sha256 == weights_digest(d_model)
     engine = SpecGuardEngine(fine_tune(d_model), d_tok, t_model, t_tok)
-    run: dict[str, Any] = dict(max_new_tokens=4, tau=-math.inf)
+    run: dict[str, Any] = dict(max_new_tokens=4, route="score", tau=-math.inf)
     with pytest.warns(UserWarning, match="its config but other weights .*paper's ensemble"):
         auto = engine.generate("2 + 3?", **run)
     assert auto.verifier == "paper"
@@ -102,7 +102,7 @@ def test_default_bounds_become_the_ones_shipped_for_the_scoring_model(
                         grounding_max=0.6)
     (tmp_path / "bounds" / "draft.json").write_text(json.dumps(
         {"model": fingerprint(d_model, d_tok), "bounds": fitted.model_dump()}))
-    run: dict[str, Any] = dict(verifier="paper", max_new_tokens=12, tau=-math.inf, k=1,
+    run: dict[str, Any] = dict(verifier="paper", max_new_tokens=12, route="score", tau=-math.inf, k=1,
                                temperature=0.0)
 
     def scores(**extra: Any) -> list[float | None]:
@@ -114,4 +114,5 @@ def test_default_bounds_become_the_ones_shipped_for_the_scoring_model(
     explicit = NormBounds(confidence_min=-20.0, confidence_max=0.0)
     assert scores(bounds=explicit) != shipped  # bounds a request sets win
     # bounds belong to the scoring model: the target, with none shipped, keeps the defaults
-    assert scores(scoring_model="target") != scores(scoring_model="target", bounds=fitted)
+    by_target = {"scoring_model": "target"}
+    assert scores(experimental=by_target) != scores(experimental=by_target, bounds=fitted)
