@@ -15,11 +15,15 @@ and scores in `response_metadata["specguard_steps"]`). All of the algorithm live
 - `structured`: `with_structured_output` over LangChain's parsers.
 - `convert`: the pure message translation (messages and tools in, steps out as chunks);
   `normalise_tool_choice` and `to_engine_message` are exported here too.
+- `errors`: `SpecGuardContextOverflowError`, a prompt over the context window as both the
+  engine's `InputError` and LangChain's `ContextOverflowError` (exported here too).
 """
 
 from __future__ import annotations
 
 from specguard_integrations.langchain.chat_model import ChatSpecGuard
 from specguard_integrations.langchain.convert import normalise_tool_choice, to_engine_message
+from specguard_integrations.langchain.errors import SpecGuardContextOverflowError
 
-__all__ = ["ChatSpecGuard", "normalise_tool_choice", "to_engine_message"]
+__all__ = ["ChatSpecGuard", "SpecGuardContextOverflowError", "normalise_tool_choice",
+           "to_engine_message"]

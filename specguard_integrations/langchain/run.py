@@ -22,6 +22,7 @@ from specguard_core.config import override_names
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.loop import GenerationStream
 from specguard_core.text.chat import check_template_kwargs
+from specguard_core.text.errors import PromptTooLong
 from specguard_core.text.formats import with_instruction
 from specguard_core.types import StepRecord
 from specguard_integrations.common import base_config, knob_overrides, request_config
@@ -34,6 +35,7 @@ from specguard_integrations.langchain.convert import (
     normalise_tool_choice,
     to_engine_message,
 )
+from specguard_integrations.langchain.errors import SpecGuardContextOverflowError
 from specguard_integrations.langchain.tokens import TokenCounts
 
 # the per-call keywords besides SpecGuardConfig fields (named in the unknown-keyword error)
@@ -133,10 +135,13 @@ class Calls(TokenCounts):
             engine = self.engine
             self._check_model(requested, engine)
             cfg = self._config(engine, call, stop)
-            stream = engine.stream(converted, tools=tools, tool_choice=choice,
-                                   response_format=response_format, config=cfg,
-                                   timeout=self.timeout, parallel_tool_calls=parallel is not False,
-                                   **rendering)
+            try:
+                stream = engine.stream(converted, tools=tools, tool_choice=choice,
+                                       response_format=response_format, config=cfg,
+                                       timeout=self.timeout,
+                                       parallel_tool_calls=parallel is not False, **rendering)
+            except PromptTooLong as err:  # LangChain's error for it, so middleware can trim
+                raise SpecGuardContextOverflowError.of(err) from None
             return stream, cfg.stop
 
         decode = (lambda step, token: self.engine.token_text(step, token)) if logprobs else None
