@@ -7,7 +7,7 @@ dict, or `Any`, is a JSON value; a bool is `--flag` when it defaults to False, `
 otherwise). A field's `json_schema_extra={"metavar": ...}` names its value in the help. Every flag
 defaults to None on the namespace, so what was given on the command line is known (`given`);
 the command's own defaults (`defaults=`, or an environment variable: `env=`) fill the rest.
-Importing this module loads no torch.
+`error_line` is how every command prints an error. Importing this module loads no torch.
 """
 
 from __future__ import annotations
@@ -26,6 +26,22 @@ M = TypeVar("M", bound=BaseModel)
 
 def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
+
+
+def error_line(err: BaseException) -> str:
+    """An error as the commands print it after "error: ", on one line: pydantic's validation
+    report (several lines, a documentation URL), whether raised or wrapped in a ValueError's
+    message, becomes "field: problem (got value)"; any other line breaks become spaces."""
+    cause = err if isinstance(err, ValidationError) else err.__context__
+    text = str(err)
+    if isinstance(cause, ValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
+            + (f" (got {e['input']!r:.60})" if e["type"] != "missing" and "input" in e else "")
+            for e in cause.errors())
+        prefix = text[:text.index(str(cause))] if cause is not err and str(cause) in text else ""
+        return f"{prefix}{problems}"
+    return " ".join(text.split()) if "\n" in text else text
 
 
 def _json(kind: str) -> Callable[[str], Any]:

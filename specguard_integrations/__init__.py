@@ -6,8 +6,8 @@ LlamaIndex is loaded until its adapter is used).
 - `SpecGuardLLM` (`llama_index/`): a LlamaIndex `FunctionCallingLLM` (`pip install -e ".[llamaindex]"`).
 
 What both share imports neither framework: `common` (the constructor vocabulary, the per-call
-config, lazy loading) and `fields` (the knob and loader fields and their descriptions).
-`llama_index_trace` is the old path of `llama_index.trace_handler`, kept for one release.
+config, the model facts), `engines` (the engine an adapter owns, and the process-wide registry of
+loaded pairs it comes from) and `fields` (the knob and loader fields and their descriptions).
 """
 
 from __future__ import annotations

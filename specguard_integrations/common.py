@@ -1,11 +1,12 @@
-"""What both adapters share, framework-free: the constructor vocabulary (names, deprecated
-aliases, unknown-argument errors), the per-call `SpecGuardConfig`, lazy loading with the loader
-options, and the model facts read from the pair's config files without loading weights.
+"""What both adapters share, framework-free: the constructor vocabulary (names and
+unknown-argument errors), the per-call `SpecGuardConfig`, and the model facts read from the pair's
+config files without loading weights (the engine they run on: `engines`).
 
 One vocabulary for `ChatSpecGuard` and `SpecGuardLLM`:
 
 - the pair: `engine=` (a ready `SpecGuardEngine`), or `draft=` and `target=` (`model=` is the
-  target, LangChain's standard name), loaded on first use;
+  target, LangChain's standard name), loaded on first use and shared by every adapter with the
+  same loader options (`engines.PAIRS`);
 - the configuration: `config=SpecGuardConfig(...)` or `preset="paper" | "balanced" | "fast"` is
   the base of every call (else the engine's own config), then the knob fields below, then
   per-call keywords;
@@ -22,65 +23,54 @@ One vocabulary for `ChatSpecGuard` and `SpecGuardLLM`:
   `target_model` (the served name), and optionally `target_tokenizer`, `target_timeout`,
   `target_api_key`.
 
-An unknown constructor argument is an error that names the valid ones; renamed arguments
-(`draft_model`, `max_new_tokens`, `model_kwargs`, `generate_kwargs`) still work with a
-`DeprecationWarning`.
+An unknown constructor argument is an error that names the valid ones (and, for a
+`SpecGuardConfig` field, how to pass it).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from specguard_core.config import PRESETS, EngineConfig, SpecGuardConfig, default_config, override_names
+from specguard_core.config import PRESETS, SpecGuardConfig, default_config, override_names
 from specguard_core.config import preset as make_preset
 from specguard_core.models.options import LoadOptions
 from specguard_core.models.registry import resolve
-from specguard_integrations.fields import LOADER_OPTIONS, config_name
+from specguard_integrations.fields import KNOBS, config_name
 
 # names of remote-API clients that make no sense in-process: what to do instead
 REMOTE_ONLY = {name: "the models run in this process; to talk to a `specguard serve` server, use "
                "an OpenAI-compatible client (ChatOpenAI / OpenAILike) with that URL"
                for name in ("base_url", "api_base", "openai_api_base", "organization")}
-# deprecated name -> its replacement ("config": a dict of SpecGuardConfig overrides)
-RENAMED = {"draft_model": "draft", "max_new_tokens": "max_tokens",
-           "model_kwargs": "config", "generate_kwargs": "config"}
+# SpecGuardConfig fields whose knob field has another name: the name to use instead
+KNOB_OF = {config_name(knob): knob for knob in KNOBS if config_name(knob) != knob}
 
 
 def check_arguments(owner: str, data: Any, valid: Iterable[str],
-                    renamed: Mapping[str, str] = RENAMED) -> Any:
-    """`data` (constructor keywords) with deprecated names moved to their new ones (with a
-    DeprecationWarning); an unknown name is a ValueError that lists the valid ones."""
+                    unlisted: Iterable[str] = ()) -> Any:
+    """`data` (constructor keywords) as given; a name neither `valid` nor `unlisted` (accepted,
+    not offered: a field's own name beside its alias) is a ValueError that lists the valid ones
+    and says how to pass a `SpecGuardConfig` field, or what to use instead of a remote client's
+    option."""
     if not isinstance(data, dict):
         return data
-    data = dict(data)
-    valid = set(valid)
-    for old, new in renamed.items():
-        if old not in data or old in valid:
-            continue
-        value = data.pop(old)
-        if new == "config":  # a dict of SpecGuardConfig overrides -> kept as `overrides`
-            warnings.warn(f"{owner}({old}=...) is deprecated; pass config=SpecGuardConfig(...) "
-                          "(or preset=) instead", DeprecationWarning, stacklevel=4)
-            data["overrides"] = {**data.get("overrides", {}), **(value or {})}
-            continue
-        warnings.warn(f"{owner}({old}=...) is deprecated; use {new}=", DeprecationWarning,
-                      stacklevel=4)
-        if data.get(new) is not None and data[new] != value:
-            raise ValueError(f"{owner} got both {old}= and {new}=; pass only {new}=")
-        data[new] = value
-    unknown = sorted(set(data) - valid - {"overrides"})  # "overrides": moved here above
+    unknown = sorted(set(data) - set(valid) - set(unlisted))
     if unknown:
-        in_config = [n for n in unknown if n in override_names()]
-        remote = [n for n in unknown if n in REMOTE_ONLY]
-        hint = (f" ({', '.join(in_config)}: pass config=SpecGuardConfig({in_config[0]}=...))"
-                if in_config else f" ({', '.join(remote)}: {REMOTE_ONLY[remote[0]]})" if remote
-                else "")
-        raise ValueError(f"{owner} got unknown argument(s) {unknown}{hint}; valid arguments: "
-                         f"{sorted(n for n in valid if not n.startswith('_'))}")
+        raise ValueError(f"{owner} got unknown argument(s) {unknown}{_hint(unknown)}; valid "
+                         f"arguments: {sorted(n for n in valid if not n.startswith('_'))}")
     return data
+
+
+def _hint(unknown: list[str]) -> str:
+    knobs = [n for n in unknown if n in KNOB_OF]
+    in_config = [n for n in unknown if n in override_names() and n not in KNOB_OF]
+    remote = [n for n in unknown if n in REMOTE_ONLY]
+    if knobs:
+        return f" ({knobs[0]}: use {KNOB_OF[knobs[0]]}=)"
+    if in_config:
+        return f" ({', '.join(in_config)}: pass config=SpecGuardConfig({in_config[0]}=...))"
+    return f" ({', '.join(remote)}: {REMOTE_ONLY[remote[0]]})" if remote else ""
 
 
 def check_config_choice(config: SpecGuardConfig | None, preset: str | None) -> None:
@@ -115,15 +105,6 @@ def request_config(base: SpecGuardConfig, *layers: Mapping[str, Any]) -> SpecGua
     for layer in layers:
         merged.update({k: v for k, v in layer.items() if v is not None})
     return base.merged(**merged)
-
-
-def load_pair(draft: str, target: str, config: SpecGuardConfig, load: LoadOptions,
-              engine_config: EngineConfig | None) -> Any:
-    """The engine for `draft` and `target`, loaded with the loader options."""
-    from specguard_core.engine.loop import SpecGuardEngine
-
-    return SpecGuardEngine.from_pretrained(draft, target, config=config,
-                                           engine_config=engine_config, load=load)
 
 
 def is_url(ref: str | None) -> bool:
@@ -211,35 +192,3 @@ def served_target(owner: str, data: Any, key: str) -> Any:
         raise ValueError(f"{owner} got {key}={data[key]!r} and load_options.target_url={url!r}; "
                          "name the target once")
     return {**data, key: url}
-
-
-def load_options(owner: Any, name: str) -> LoadOptions:
-    """The adapter's loader options: its `load_options`, else its separate loader fields (those
-    given); both is a ValueError, and so is a bad value (naming the option)."""
-    given = {n: getattr(owner, n) for n in LOADER_OPTIONS
-             if n in owner.model_fields_set and getattr(owner, n) is not None}
-    if owner.load_options is not None:
-        if given:
-            raise ValueError(f"{name} got load_options= and {sorted(given)}; pass the loader "
-                             f"options one way (load_options=LoadOptions({sorted(given)[0]}=...))")
-        return owner.load_options
-    try:
-        return LoadOptions.of(**given)
-    except ValueError as err:
-        raise ValueError(f"{name}: {err}") from None
-
-
-def check_placement(name: str, load: LoadOptions, target: str | None) -> None:
-    """The devices the adapter would load on, checked at construction (naming the option); a
-    served `target` (a URL) takes no target placement options."""
-    from specguard_core.models.loading import model_options
-    from specguard_core.remote.load import draft_options, is_url
-
-    try:
-        if target is not None and is_url(target):
-            draft_options(load)
-        else:
-            model_options(load, "draft")
-            model_options(load, "target")
-    except ValueError as err:
-        raise ValueError(f"{name}: {err}") from None

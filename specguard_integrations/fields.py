@@ -80,7 +80,6 @@ LOAD_OPTIONS = ("every loader option as one LoadOptions, instead of the separate
 ENGINE_CONFIG = ("how the loaded pair is wired (EngineConfig, e.g. batching=True); used only when "
                  "the adapter loads the pair; None: EngineConfig()'s defaults")
 TARGET_API_KEY = f"{loader('target_api_key')} (never shown in repr or dumps)"
-OVERRIDES = "SpecGuardConfig overrides from the deprecated model_kwargs= / generate_kwargs="
 
 
 class LoaderFields(BaseModel):

@@ -13,6 +13,7 @@ from specguard.cli.models import add_models_parser
 from specguard.cli.run import add_run_parser
 from specguard.cli.serve import add_serve_parser
 from specguard.cli.verifier import add_verifier_parsers
+from specguard_core.flags import error_line
 
 DESCRIPTION = ("SpecGuard: a small draft model proposes each reasoning step, a verifier decides "
                "from the draft's internals whether to keep it, and the large target model writes "
@@ -56,23 +57,6 @@ def _undecodable(argv: Sequence[str]) -> str | None:
             return (f"argument {i} ('{shown[:60]}') is not valid UTF-8 (byte 0x{byte.hex()}); "
                     "pass UTF-8 text (check the terminal's or file's encoding)")
     return None
-
-
-def error_line(err: BaseException) -> str:
-    """An error as one line: pydantic's validation report (several lines, a documentation URL),
-    whether raised or wrapped in a ValueError's message, becomes "field: problem (got value)"."""
-    from pydantic import ValidationError
-
-    cause = err if isinstance(err, ValidationError) else err.__context__
-    text = str(err)
-    if isinstance(cause, ValidationError):
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
-            + (f" (got {e['input']!r:.60})" if e["type"] != "missing" and "input" in e else "")
-            for e in cause.errors())
-        prefix = text[:text.index(str(cause))] if cause is not err and str(cause) in text else ""
-        return f"{prefix}{problems}"
-    return " ".join(text.split()) if "\n" in text else text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from rich.filesize import decimal
@@ -14,7 +13,6 @@ from specguard_core.models.registry import (
     DEFAULT_FETCH,
     DTYPES,
     REGISTRY,
-    ModelFetchError,
     cache_dir,
     cached_folder,
     damaged_folder,
@@ -51,14 +49,14 @@ def add_models_parser(
 
 
 def cmd_models_fetch(args: argparse.Namespace) -> int:
-    """Handler of `specguard models fetch`: prints `name<TAB>folder` per bundle."""
+    """Handler of `specguard models fetch`: prints `name<TAB>folder` per bundle. An unknown name
+    is a ValueError and a failed fetch a ModelFetchError (`main` prints either as one line)."""
     from specguard_core.models.fetch import fetch
 
     try:
         paths = fetch(args.names, args.dtype, not args.no_progress, root=args.cache_dir)
-    except (KeyError, ModelFetchError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except KeyError as exc:  # an unknown name: bad input, as in every other command
+        raise ValueError(exc.args[0]) from None
     for name, path in paths.items():
         print(f"{name}\t{path}")
     return 0

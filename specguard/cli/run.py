@@ -7,6 +7,7 @@ module prints them.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, parse_sets, preset
@@ -25,7 +26,8 @@ CONFIG_FLAGS = ModelFlags(SpecGuardConfig, fields=("max_new_tokens", "verifier",
 
 def add_run_parser(sub: Any) -> None:
     p = sub.add_parser("run", help="answer one question and print the per-step trace")
-    p.add_argument("question", help="the question (sent as one user message)")
+    p.add_argument("question", help="the question (sent as one user message); - reads it from "
+                   "standard input (UTF-8, one final line break dropped)")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model (default %(default)s)")
     p.add_argument("--target", default=DEFAULT_TARGET, help="target model (default %(default)s)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="balanced",
@@ -57,6 +59,20 @@ def _config(args: argparse.Namespace) -> SpecGuardConfig:
     if "bounds" in flags:
         flags["bounds"] = NormBounds.load(flags["bounds"])
     return preset(args.preset, **{**overrides, **flags})
+
+
+def _question(arg: str) -> str:
+    """The question: `arg` itself, or standard input when it is "-" (without the line break
+    that ends a file or an echo)."""
+    if arg != "-":
+        return arg
+    raw = sys.stdin.buffer.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"standard input is not valid UTF-8 (byte 0x{raw[err.start]:02x} at "
+                         f"offset {err.start}); pass UTF-8 text") from None
+    return text.removesuffix("\n").removesuffix("\r")
 
 
 def _print_step(console: Any, step: StepRecord) -> None:
@@ -110,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     # bad input fails now, not after minutes of loading
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
-        normalise_messages(args.question)
+        normalise_messages(_question(args.question))
     normalise_messages(messages)
     load = load_options(args)
     resolve_device(load.device)

@@ -16,7 +16,7 @@ from typing import Any
 from specguard_bench.common.methods import METHODS, REMOTE_METHOD, preset_of
 from specguard_bench.reasoning.problems import DEFAULT_MAX_NEW_TOKENS, FILE_MAX_NEW_TOKENS
 from specguard_core.config import parse_sets
-from specguard_core.flags import flag_name
+from specguard_core.flags import error_line, flag_name
 from specguard_core.models.options import LoadFlags, LoadOptions
 
 # the loading flags (LoadOptions' fields); the bench's default dtype is bfloat16
@@ -164,7 +164,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         run = _synthetic if args.synthetic else _bench if args.suite == "reasoning" else _suite
         run(args, sets)
     except (ValueError, ResumeMismatch, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {error_line(err)}", file=sys.stderr)
         return 2
     return 0
 
@@ -199,7 +199,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             )
         )
     except (ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {error_line(err)}", file=sys.stderr)
         return 2
     print(json.dumps(bounds.model_dump(), indent=2))
     print(f"bounds written to {args.out}")

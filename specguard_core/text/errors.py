@@ -1,4 +1,4 @@
-"""The text layer's input error and the one way its messages show a caller's value.
+"""The text layer's input errors and the one way their messages show a caller's value.
 
 An `InputError` names the field and the rule it breaks. Where it helps to show which value was
 wrong (a tool's name, a role, a `$ref`), the value goes through `quoted`: at most `QUOTE_LIMIT`
@@ -16,6 +16,20 @@ FREE_TEXT_LIMIT = 160  # characters of a third party's message (a template's, js
 
 class InputError(ValueError):
     """Bad input from the caller; the message says what to do."""
+
+
+class PromptTooLong(InputError):
+    """A prompt that does not fit a model's context window with room for one more token: its
+    length, the window and the model's name, so that a server can word it as its API does and an
+    adapter can raise its framework's context-overflow error."""
+
+    def __init__(self, prompt_tokens: int, context_window: int, model: str) -> None:
+        super().__init__(f"the prompt has {prompt_tokens} tokens but {model}'s context window is "
+                         f"{context_window}; shorten the conversation or drop earlier messages")
+        self.prompt_tokens, self.context_window, self.model = prompt_tokens, context_window, model
+
+    def __reduce__(self) -> tuple[type[PromptTooLong], tuple[int, int, str]]:
+        return type(self), (self.prompt_tokens, self.context_window, self.model)
 
 
 def _escaped(char: str) -> str:

@@ -1,15 +1,14 @@
 """`ChatSpecGuard`: SpecGuard as a LangChain chat model, its fields and LangChain's public surface.
 
-The loader fields, declared once for both adapters, are `specguard_integrations.fields.LoaderFields`;
-the engine it owns and its token counts are in `engine`, one call's run in `run`, structured output
-in `structured` and the message translation in `convert` (all beside this module). LangChain names
-the class by its public path, `specguard_integrations.langchain.ChatSpecGuard`, not this module's.
+The loader fields, declared once for both adapters, are `specguard_integrations.fields.LoaderFields`
+and the engine it owns `specguard_integrations.engines.EngineOwner`; its token counts are in
+`tokens`, one call's run in `run`, structured output in `structured` and the message translation
+in `convert` (all beside this module). LangChain names the class by its public path,
+`specguard_integrations.langchain.ChatSpecGuard`, not this module's.
 """
 
 from __future__ import annotations
 
-import threading
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, cast
 
@@ -20,7 +19,7 @@ from langchain_core.load.serializable import SerializedNotImplemented
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import AliasChoices, Field, PrivateAttr, SecretStr, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 from typing_extensions import Self
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
@@ -30,10 +29,10 @@ from specguard_integrations import fields as doc
 from specguard_integrations.common import (
     check_arguments,
     check_config_choice,
-    check_placement,
     profile,
     served_target,
 )
+from specguard_integrations.engines import Pair, check_placement
 from specguard_integrations.fields import LoaderFields
 from specguard_integrations.langchain.convert import normalise_tool_choice
 from specguard_integrations.langchain.run import Calls
@@ -109,25 +108,27 @@ class ChatSpecGuard(Calls, LoaderFields, _ChatFields):
     `specguard serve` server, use ChatOpenAI(base_url=...) itself.)
     """
 
-    overrides: dict[str, Any] = Field(default_factory=dict, exclude=True,
-                                      description=doc.OVERRIDES)
+    # a field's own name is accepted beside its alias (`injected_engine` beside `engine`), as
+    # LangChain's `configurable_fields` rebuilds a model from its fields by name
+    model_config = ConfigDict(populate_by_name=True)
 
-    _loaded: SpecGuardEngine | None = PrivateAttr(default=None)
+    _engine: SpecGuardEngine | None = PrivateAttr(default=None)  # the given engine
+    _pair: Pair | None = PrivateAttr(default=None)  # else the shared pair, loaded on first use
     _tokenizer: Any = PrivateAttr(default=None)
-    _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     @model_validator(mode="before")
     @classmethod
     def _arguments(cls, data: Any) -> Any:
-        valid = {n for n in cls.model_fields if n not in ("injected_engine", "overrides")}
-        data = check_arguments("ChatSpecGuard", data, valid | {"engine", "target"})
+        valid = {n for n in cls.model_fields if n != "injected_engine"}
+        data = check_arguments("ChatSpecGuard", data, valid | {"engine", "target"},
+                               unlisted={"injected_engine"})
         key = "target" if isinstance(data, dict) and "target" in data else "model"
         return served_target("ChatSpecGuard", data, key)
 
     @model_validator(mode="after")
     def _validate(self) -> Self:
         check_config_choice(self.config, self.preset)
-        engine = self.injected_engine
+        engine = self._engine = self.injected_engine
         if engine is None and (self.model is None) != (self.draft is None):
             raise ValueError("pass both model= (or target=) and draft=, or neither for the "
                              "default pair, or a ready engine=")
@@ -139,6 +140,7 @@ class ChatSpecGuard(Calls, LoaderFields, _ChatFields):
             self.model = engine.model_name
         elif engine is None and self.model is None:
             self.model, self.draft = DEFAULT_TARGET, DEFAULT_DRAFT
+        self._take_pair()
         if self.profile is None:
             self.profile = cast(ModelProfile, profile(self.draft or DEFAULT_DRAFT,
                                                       self.model or DEFAULT_TARGET, engine))
@@ -167,17 +169,12 @@ class ChatSpecGuard(Calls, LoaderFields, _ChatFields):
         return self.model
 
     @property
-    def draft_model(self) -> str | None:
-        """Deprecated: use `draft`."""
-        warnings.warn("ChatSpecGuard.draft_model is deprecated; use .draft", DeprecationWarning,
-                      stacklevel=2)
-        return self.draft
-
-    @property
     def _identifying_params(self) -> dict[str, Any]:
+        """What tells two models' answers apart (LangChain's cache keys and traces): the pair,
+        the base configuration and the knobs."""
         knobs = {name: getattr(self, name) for name in doc.KNOBS}
-        return {"model": self.model, "draft": self.draft, "preset": self.preset, **knobs,
-                "chat_template_kwargs": self.chat_template_kwargs, **self.overrides}
+        return {"model": self.model, "draft": self.draft, "config": self.config,
+                "preset": self.preset, **knobs, "chat_template_kwargs": self.chat_template_kwargs}
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         params = LangSmithParams(ls_provider="specguard", ls_model_type="chat",

@@ -1,10 +1,10 @@
 """One `ChatSpecGuard` call: its keywords checked, the engine stream opened, steps out as chunks.
 
-`Calls` (an `EngineOwner`) is mixed into `ChatSpecGuard` (`chat_model`): the per-call
-`SpecGuardConfig` and LangChain's `_generate` / `_stream` / `_agenerate` / `_astream` hooks. Each
-call is a `Run`, which opens the engine stream only when it is iterated and always closes it; the
-async hooks iterate it in a worker thread, so the event loop never blocks and leaving early stops
-the engine at the next step boundary.
+`Calls` (an `EngineOwner`, through `TokenCounts`) is mixed into `ChatSpecGuard` (`chat_model`):
+the per-call `SpecGuardConfig` and LangChain's `_generate` / `_stream` / `_agenerate` /
+`_astream` hooks. Each call is a `Run`, which opens the engine stream only when it is iterated
+and always closes it; the async hooks iterate it in a worker thread, so the event loop never
+blocks and leaving early stops the engine at the next step boundary.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from specguard_core.config import override_names
 from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.loop import GenerationStream
 from specguard_core.text.chat import check_template_kwargs
+from specguard_core.text.errors import PromptTooLong
 from specguard_core.text.formats import with_instruction
 from specguard_core.types import StepRecord
 from specguard_integrations.common import base_config, knob_overrides, request_config
@@ -34,7 +35,8 @@ from specguard_integrations.langchain.convert import (
     normalise_tool_choice,
     to_engine_message,
 )
-from specguard_integrations.langchain.engine import EngineOwner
+from specguard_integrations.langchain.errors import SpecGuardContextOverflowError
+from specguard_integrations.langchain.tokens import TokenCounts
 
 # the per-call keywords besides SpecGuardConfig fields (named in the unknown-keyword error)
 CALL_KEYS = {"tools", "tool_choice", "response_format", "parallel_tool_calls", "model",
@@ -84,11 +86,11 @@ def _iterate_in_thread(run: Run) -> AsyncIterator[ChatGenerationChunk]:
     return iterate_in_thread(run.chunks, run.cancel, name="specguard-langchain")
 
 
-class Calls(EngineOwner):
+class Calls(TokenCounts):
     """The per-call configuration and LangChain's generation hooks, each call one `Run`."""
 
     if TYPE_CHECKING:  # fields of ChatSpecGuard
-        overrides: dict[str, Any]
+        model: str | None
         logprobs: bool | None
         timeout: float | None
 
@@ -103,7 +105,7 @@ class Calls(EngineOwner):
         base = base_config(self.config, self.preset, engine.config if engine else None)
         fields = knob_overrides({n: getattr(self, n) for n in KNOBS})
         per_call = knob_overrides({**call, "stop": stop})
-        return request_config(base, self.overrides, fields, per_call)
+        return request_config(base, fields, per_call)
 
     def _check_model(self, requested: str | None, engine: SpecGuardEngine) -> None:
         if requested is not None and requested not in (self.model, engine.model_name):
@@ -124,7 +126,7 @@ class Calls(EngineOwner):
         template = {**check_template_kwargs(self.chat_template_kwargs),
                     **check_template_kwargs(call.pop("chat_template_kwargs", None))}
         rendering = {"chat_template_kwargs": template} if template else {}
-        self._config(self.injected_engine, call, stop)  # bad keywords fail before any loading
+        self._config(self._ready_engine(), call, stop)  # bad keywords fail before any loading
         converted = [to_engine_message(m) for m in messages]
         if response_format:
             converted = with_instruction(converted, format_instruction(response_format))
@@ -133,10 +135,13 @@ class Calls(EngineOwner):
             engine = self.engine
             self._check_model(requested, engine)
             cfg = self._config(engine, call, stop)
-            stream = engine.stream(converted, tools=tools, tool_choice=choice,
-                                   response_format=response_format, config=cfg,
-                                   timeout=self.timeout, parallel_tool_calls=parallel is not False,
-                                   **rendering)
+            try:
+                stream = engine.stream(converted, tools=tools, tool_choice=choice,
+                                       response_format=response_format, config=cfg,
+                                       timeout=self.timeout,
+                                       parallel_tool_calls=parallel is not False, **rendering)
+            except PromptTooLong as err:  # LangChain's error for it, so middleware can trim
+                raise SpecGuardContextOverflowError.of(err) from None
             return stream, cfg.stop
 
         decode = (lambda step, token: self.engine.token_text(step, token)) if logprobs else None

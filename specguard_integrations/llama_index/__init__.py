@@ -24,8 +24,9 @@ abandoning) a stream stops generation at the next step boundary and frees the en
 
 - `llm`: `SpecGuardLLM`, its fields and LlamaIndex's public surface (`chat`, `complete`, their
   stream and async forms, `metadata`); the loader fields it shares with `ChatSpecGuard` are in
-  `specguard_integrations.fields`, the vocabulary both adapters read in `specguard_integrations.common`.
-- `engine`: the engine it owns (passed in, or the pair loaded on first use) and its metadata.
+  `specguard_integrations.fields`, the vocabulary both adapters read in `specguard_integrations.common`
+  and the engine it owns (passed in, or the shared pair loaded on first use) in
+  `specguard_integrations.engines`.
 - `chat`: the chat bodies and their streams.
 - `tools`: the `FunctionCallingLLM` tool hooks.
 - `convert`: the pure message translation; `to_engine_messages`, `tool_selections` and `trace`

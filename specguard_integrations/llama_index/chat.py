@@ -27,9 +27,9 @@ from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.text.chat import check_template_kwargs
 from specguard_core.types import GenerationResult, StepRecord
 from specguard_integrations.common import base_config, knob_overrides, request_config
+from specguard_integrations.engines import EngineOwner
 from specguard_integrations.fields import KNOBS
 from specguard_integrations.llama_index.convert import Turn, chat_response, to_engine_messages
-from specguard_integrations.llama_index.engine import EngineOwner
 
 if TYPE_CHECKING:
     from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
@@ -70,7 +70,6 @@ class ChatCalls(EngineOwner):
     """The per-call configuration and the chat bodies, each call one engine stream."""
 
     if TYPE_CHECKING:  # fields of SpecGuardLLM
-        overrides: dict[str, Any]
         logprobs: bool
         timeout: float | None
         chat_template_kwargs: dict[str, Any] | None
@@ -87,7 +86,7 @@ class ChatCalls(EngineOwner):
                              "seed, ...)")
         base = base_config(self.config, self.preset, engine.config if engine else None)
         fields = knob_overrides({n: getattr(self, n) for n in KNOBS})
-        return request_config(base, self.overrides, fields, knob_overrides(options))
+        return request_config(base, fields, knob_overrides(options))
 
     def _request(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
                  ) -> dict[str, Any]:
@@ -100,7 +99,7 @@ class ChatCalls(EngineOwner):
         parallel = options.pop("parallel_tool_calls", True)
         template = {**check_template_kwargs(self.chat_template_kwargs),
                     **check_template_kwargs(options.pop("chat_template_kwargs", None))}
-        self._config(self._engine, options)  # bad options fail here, before any loading
+        self._config(self._ready_engine(), options)  # bad options fail here, before any loading
         return {"messages_or_prompt": to_engine_messages(messages), "tools": tools,
                 "tool_choice": tool_choice, "response_format": response_format,
                 "parallel_tool_calls": parallel,

@@ -1,15 +1,14 @@
 """`SpecGuardLLM`: SpecGuard as a LlamaIndex `FunctionCallingLLM`, its fields and public surface.
 
-The loader fields, declared once for both adapters, are `specguard_integrations.fields.LoaderFields`;
-the engine it owns is in `engine`, the chat bodies and their streams in `chat`, the tool hooks in
-`tools` and the message translation in `convert` (all beside this module). `class_name()` stays
-"SpecGuardLLM", whatever module the class is written in.
+The loader fields, declared once for both adapters, are `specguard_integrations.fields.LoaderFields`
+and the engine it owns `specguard_integrations.engines.EngineOwner`; the chat bodies and their
+streams are in `chat`, the tool hooks in `tools` and the message translation in `convert` (all
+beside this module). `class_name()` stays "SpecGuardLLM", whatever module the class is written
+in.
 """
 
 from __future__ import annotations
 
-import threading
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,12 +48,8 @@ from specguard_core.config import SpecGuardConfig
 from specguard_core.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specguard_core.text.chat import check_template_kwargs
 from specguard_integrations import fields as doc
-from specguard_integrations.common import (
-    check_arguments,
-    check_config_choice,
-    check_placement,
-    served_target,
-)
+from specguard_integrations.common import check_arguments, check_config_choice, served_target
+from specguard_integrations.engines import Pair, check_placement
 from specguard_integrations.fields import LoaderFields
 from specguard_integrations.llama_index.chat import ChatCalls
 from specguard_integrations.llama_index.tools import ToolCalls
@@ -119,19 +114,15 @@ class SpecGuardLLM(ToolCalls, ChatCalls, LoaderFields, _LLMFields):
         "else LlamaIndex's default")
     model_name: str | None = Field(default=None, description="the model name metadata reports; "
                                    "None: the loaded engine's, else specguard:DRAFT+TARGET")
-    overrides: dict[str, Any] = Field(default_factory=dict, exclude=True,
-                                      description=doc.OVERRIDES)
-
-    _engine: Any = PrivateAttr(default=None)
-    _load_lock: Any = PrivateAttr(default_factory=threading.Lock)
+    _engine: Any = PrivateAttr(default=None)  # the given engine
+    _pair: Pair | None = PrivateAttr(default=None)  # else the shared pair, loaded on first use
 
     @model_validator(mode="before")
     @classmethod
     def _arguments(cls, data: Any) -> Any:
         if isinstance(data, dict) and "model" in data:
             data = {**data, "target": data.pop("model")}
-        valid = {n for n in cls.model_fields if n != "overrides"}
-        data = check_arguments("SpecGuardLLM", data, valid | {"engine", "model"})
+        data = check_arguments("SpecGuardLLM", data, set(cls.model_fields) | {"engine", "model"})
         return served_target("SpecGuardLLM", data, "target")
 
     def __init__(self, engine: SpecGuardEngine | None = None, **kwargs: Any) -> None:
@@ -147,17 +138,11 @@ class SpecGuardLLM(ToolCalls, ChatCalls, LoaderFields, _LLMFields):
         check_template_kwargs(self.chat_template_kwargs)
         if engine is None:
             check_placement("SpecGuardLLM", self.loading, self.target)
+        self._take_pair()
 
     @classmethod
     def class_name(cls) -> str:
         return "SpecGuardLLM"
-
-    @property
-    def max_new_tokens(self) -> int | None:
-        """Deprecated: use `max_tokens`."""
-        warnings.warn("SpecGuardLLM.max_new_tokens is deprecated; use .max_tokens",
-                      DeprecationWarning, stacklevel=2)
-        return self.max_tokens
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -169,7 +154,7 @@ class SpecGuardLLM(ToolCalls, ChatCalls, LoaderFields, _LLMFields):
         window, name = self._pair_facts()
         return LLMMetadata(
             context_window=self.context_window or window or DEFAULT_CONTEXT_WINDOW,
-            num_output=self._config(self._engine, {}).max_new_tokens,
+            num_output=self._config(self._ready_engine(), {}).max_new_tokens,
             is_chat_model=True,
             is_function_calling_model=True,
             model_name=self.model_name or name,
@@ -177,7 +162,7 @@ class SpecGuardLLM(ToolCalls, ChatCalls, LoaderFields, _LLMFields):
 
     def to_payload(self) -> dict[str, Any]:
         """Callback payload; does not load the models just to log a call."""
-        if self._engine is None:
+        if self._ready_engine() is None:
             return {"class_name": self.class_name(), "draft": self.draft, "target": self.target,
                     "model_name": self.model_name or f"specguard:{self.draft}+{self.target}"}
         return super().to_payload()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,54 @@ def test_non_utf8_argument_is_a_one_line_error(capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert err == ("error: argument 2 ('caf\\xff') is not valid UTF-8 (byte 0xff); pass UTF-8 "
                    "text (check the terminal's or file's encoding)\n")
+
+
+def scripted_loader(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """`from_pretrained` replaced by a scripted pair that answers "Done."; what happened, in
+    order: "load", then each prompt the pair saw."""
+    from specguard_core import SpecGuardEngine
+    from specguard_core.testing import scripted_engine
+
+    events: list[str] = []
+
+    def answer(prompt: str) -> str:
+        events.append(prompt)
+        return "Done."
+
+    def load(draft: str, target: str, **kwargs: Any) -> SpecGuardEngine:
+        events.append("load")
+        return scripted_engine(answer)
+
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained", load)
+    return events
+
+
+def stdin_of(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="latin-1"))
+
+
+def test_run_reads_the_question_from_stdin_with_a_dash(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    prompts = scripted_loader(monkeypatch)
+    stdin_of(monkeypatch, "Grüße: what is 2 + 2?\nOn two lines.\n".encode())
+    assert main(["run", "-", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "".join(s["text"] for s in result["steps"]) == "Done."
+    assert "<|im_start|>user\nGrüße: what is 2 + 2?\nOn two lines.<|im_end|>" in prompts[-1]
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    (b"caf\xe9?\n", "error: standard input is not valid UTF-8 (byte 0xe9 at offset 3); pass "
+                    "UTF-8 text\n"),
+    (b"\n", "error: the prompt is empty; pass a question or a list of chat messages\n"),
+])
+def test_bad_stdin_is_one_error_line_before_loading(data: bytes, line: str,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    events = scripted_loader(monkeypatch)
+    stdin_of(monkeypatch, data)
+    assert main(["run", "-"]) == 2
+    assert capsys.readouterr().err == line and events == []  # nothing loaded
 
 
 def test_trust_remote_code_flag_reaches_the_loader(pair_dirs: tuple[Path, Path],

@@ -30,4 +30,5 @@ def test_cli_list_and_fetch_cached(tmp_path: Path, capsys: pytest.CaptureFixture
     assert args.func(args) == 0  # already converted: no download
     assert str(models.hf_path(bundle, "bfloat16", root)) in capsys.readouterr().out
     args = parser.parse_args(["models", "--cache-dir", str(root), "fetch", "nope"])
-    assert args.func(args) == 1
+    with pytest.raises(ValueError, match="unknown model 'nope'; known: "):
+        args.func(args)

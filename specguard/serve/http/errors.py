@@ -7,7 +7,9 @@ and show a value they refuse (a tool's name, a role, a template's or JSON-schema
 only through `specguard_core.text.errors.quoted`, short printable ASCII in repr quotes.
 `client_safe` rewords one for a remote client: every quoted value that is not a word of the API
 becomes "(not repeated)", a served model's name "the model", and a message that still holds a
-string the client sent (a config error's, say) becomes a generic one naming the field.
+string the client sent (a config error's, say) becomes a generic one naming the field. A prompt
+over the context window is answered as OpenAI answers it (`context_length_exceeded`), so clients
+that trim and retry on it (LangChain's `ContextOverflowError`) do.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from specguard.serve.http.slots import APIError
 from specguard_core.config import EXPERIMENTAL, EngineConfig, SpecGuardConfig
 from specguard_core.remote.http import RemoteTargetError
 from specguard_core.text.chat import InputError
+from specguard_core.text.errors import PromptTooLong
 
 log = logging.getLogger("specguard.serve")
 
@@ -142,10 +145,23 @@ def client_safe(message: str, sent: Iterable[str] = (), hidden: Iterable[str] = 
     return message
 
 
+def context_length_exceeded(err: PromptTooLong) -> APIError:
+    """A prompt over the context window as OpenAI words it: a 400 with code
+    `context_length_exceeded` on `messages`."""
+    window, tokens = err.context_window, err.prompt_tokens
+    over = (f"your messages resulted in {tokens} tokens" if tokens > window else
+            f"your messages resulted in {tokens} tokens, which leaves no room for the completion")
+    return APIError(400, f"This model's maximum context length is {window} tokens. However, "
+                    f"{over}. Please reduce the length of the messages.", param="messages",
+                    code="context_length_exceeded")
+
+
 def failure(err: Exception, sent: Iterable[str] = (), hidden: Iterable[str] = ()) -> APIError:
-    """A failed generation as the client sees it: bad input a 400 with its message (worded by
-    `client_safe`); a served target's failure a 502, anything else a 500, both without details
-    (they are logged)."""
+    """A failed generation as the client sees it: a prompt over the context window as OpenAI
+    answers it, other bad input a 400 with its message (worded by `client_safe`); a served
+    target's failure a 502, anything else a 500, both without details (they are logged)."""
+    if isinstance(err, PromptTooLong):
+        return context_length_exceeded(err)
     if isinstance(err, InputError):
         return APIError(400, client_safe(str(err), sent, hidden), param=field_of(str(err)))
     if isinstance(err, RemoteTargetError):

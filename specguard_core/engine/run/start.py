@@ -31,6 +31,7 @@ from specguard_core.text.chat import (
     offered_tools,
     render_prompt,
 )
+from specguard_core.text.errors import PromptTooLong
 from specguard_core.text.formats import ResponseFormat
 from specguard_core.text.steps import StepRules
 
@@ -126,11 +127,10 @@ def _call_grammar(pair: Pair, rules: StepRules, tools: list[dict[str, Any]],
 def _prompt(handle: Target, messages: list[Message], tools: list[dict[str, Any]],
             template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
     """The chat-templated prompt as `handle` tokenizes it; one that fills its context window is
-    an InputError."""
+    a `PromptTooLong` (an InputError)."""
     ids = handle.encode(render_prompt(handle.tokenizer, messages, tools, template_kwargs))
     window = handle.context_window
     if window and len(ids) >= window:
-        raise InputError(f"the prompt has {len(ids)} tokens but {handle.name}'s context window "
-                         f"is {window}; shorten the conversation or drop earlier messages")
+        raise PromptTooLong(len(ids), window, handle.name)
     return ids
 

@@ -326,7 +326,8 @@ def test_bad_requests_are_400(base: str, body: dict[str, Any], param: str | None
 def test_prompt_over_context_window_is_400(base: str) -> None:
     long = " ".join(str(i) for i in range(20000))
     err = error_of(chat(base, messages=[{"role": "user", "content": long}]), 400)
-    assert "context window" in err["message"]
+    assert err["message"].startswith("This model's maximum context length is 32768 tokens.")
+    assert (err["code"], err["param"]) == ("context_length_exceeded", "messages")
 
 
 def test_missing_model_bad_json_and_unknown_model(base: str) -> None:

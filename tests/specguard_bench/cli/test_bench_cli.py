@@ -112,3 +112,11 @@ def test_loading_flags_reach_the_pair_and_the_runs_fingerprint(
     assert main(["bench", "--synthetic", "--revision", "v9", "--out", str(tmp_path / "s")]) == 2
     assert "--revision load real models; --synthetic builds random-weight ones" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["bench", "--synthetic"], ["calibrate"]])
+def test_a_bad_value_is_one_error_line(command: list[str], tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*command, "--set", "k=x", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == ("error: --set 'k=x': k: Input should be a valid integer, "
+                                       "unable to parse string as an integer (got 'x')\n")

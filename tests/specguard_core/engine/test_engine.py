@@ -12,6 +12,7 @@ import torch
 from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
 from specguard_core.testing import build_tokenizer
 from specguard_core.text.chat import InputError
+from specguard_core.text.errors import PromptTooLong
 from specguard_core.types import GenerationResult
 from tests.fixtures import build_model
 
@@ -199,8 +200,10 @@ def test_empty_messages(engine: SpecGuardEngine) -> None:
 
 
 def test_prompt_longer_than_context_window(engine: SpecGuardEngine) -> None:
-    with pytest.raises(InputError, match="context window is 512"):
+    with pytest.raises(PromptTooLong, match="context window is 512") as overflow:
         engine.generate("three four " * 400)
+    assert isinstance(overflow.value, InputError)  # what a server or an adapter maps
+    assert overflow.value.context_window == 512 and overflow.value.prompt_tokens > 512
 
 
 def test_missing_model_path() -> None:

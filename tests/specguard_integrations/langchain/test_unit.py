@@ -136,7 +136,7 @@ def test_construction_is_cheap_and_the_pair_loads_once(monkeypatch: pytest.Monke
 
 @pytest.mark.parametrize("kwargs", [
     {"preset": "nope"}, {"preset": "fast", "config": SpecGuardConfig()}, {"k": 0},
-    {"model_kwargs": {"no_such_knob": 1}},
+    {"model_kwargs": {"k": 1}}, {"max_new_tokens": 5},
 ])
 def test_bad_settings_fail_at_construction(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):

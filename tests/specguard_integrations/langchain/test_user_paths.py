@@ -138,16 +138,16 @@ def test_api_key_is_accepted_and_ignored_base_url_is_refused() -> None:
         ChatSpecGuard(engine=engine, api_secret="x")
 
 
-def test_renamed_arguments_warn_and_still_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_old_argument_names_are_errors_that_name_the_new_ones() -> None:
     engine = scripted_engine(lambda p: "Hi.", config=CFG)
-    with pytest.warns(DeprecationWarning, match="max_new_tokens"):
-        model = ChatSpecGuard(engine=engine, max_new_tokens=7)
-    assert model.max_tokens == 7 and model._config(engine, {}).max_new_tokens == 7
-    with pytest.warns(DeprecationWarning, match="model_kwargs"):
-        model = ChatSpecGuard(engine=engine, model_kwargs={"max_step_tokens": 9})
-    assert model._config(engine, {}).max_step_tokens == 9
-    with pytest.warns(DeprecationWarning, match="get_engine"):
-        assert model.get_engine() is model.engine is engine
+    with pytest.raises(ValueError, match=re.escape("['max_new_tokens'] (max_new_tokens: use "
+                                                   "max_tokens=)")):
+        ChatSpecGuard(engine=engine, max_new_tokens=7)
+    with pytest.raises(ValueError, match=re.escape("['draft_model']")):
+        ChatSpecGuard(draft_model="org/d", target="org/t")
+    with pytest.raises(ValueError, match=re.escape("['model_kwargs']")):
+        ChatSpecGuard(engine=engine, model_kwargs={"max_step_tokens": 9})
+    assert not hasattr(ChatSpecGuard(engine=engine), "get_engine")
 
 
 def test_draft_target_and_loader_options_reach_the_loader(monkeypatch: pytest.MonkeyPatch
@@ -175,15 +175,16 @@ def test_draft_target_and_loader_options_reach_the_loader(monkeypatch: pytest.Mo
         "device_map": "auto", "max_memory": {0: "10GiB"}, "revision": "main",
         "dtype": "bfloat16", "trust_remote_code": False, "draft_dtype": "float32",
         "draft_device": "cpu", "target_dtype": None, "target_device": None}
-    assert kwargs["config"].k == 16  # the preset
-    # the same options as one LoadOptions reach the loader the same way
-    seen.clear()
-    ChatSpecGuard(draft="org/d", target="org/t", preset="paper",
-                  load_options=LoadOptions(device_map="auto", max_memory={0: "10GiB"},
-                                           revision="main", dtype="bfloat16",
-                                           draft_dtype="float32", draft_device="cpu")
-                  ).invoke("Hello")
-    assert seen[0][2]["load"] == load
+    assert "config" not in kwargs  # a loaded pair is shared: each model's config is its own
+    assert model._config(model.engine, {}).k == 16  # the preset
+    # the same options as one LoadOptions are the same loader options: the pair loaded above
+    one = ChatSpecGuard(draft="org/d", target="org/t", preset="paper",
+                        load_options=LoadOptions(device_map="auto", max_memory={0: "10GiB"},
+                                                 revision="main", dtype="bfloat16",
+                                                 draft_dtype="float32", draft_device="cpu"))
+    assert one.loading == load
+    one.invoke("Hello")
+    assert len(seen) == 1 and one.engine is model.engine
 
 
 def test_load_options_is_one_way_and_names_a_served_target(monkeypatch: pytest.MonkeyPatch
@@ -349,4 +350,4 @@ def test_chat_template_kwargs_that_are_not_template_variables_fail_before_loadin
     model = ChatSpecGuard(draft="d", model="t")
     with pytest.raises(ValueError, match="must be a dict of template variables"):
         model.invoke("Hi", chat_template_kwargs="enable_thinking=False")
-    assert model._loaded is None
+    assert model._engine is None

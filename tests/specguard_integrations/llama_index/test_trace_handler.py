@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from llama_index.core.base.llms.types import ChatMessage
@@ -36,17 +33,3 @@ def test_chat_and_stream_traces_are_kept(handler: SpecGuardTraceHandler) -> None
     assert first["usage"] == answer.raw["usage"] == streamed[-1].raw["usage"]
     assert first["stats"]["steps"] == len(first["steps"]) > 0
     assert SpecGuardTraceHandler().traces == []  # traces are per handler
-
-
-def test_the_old_module_path_still_works_with_a_warning() -> None:
-    code = ("import warnings; warnings.simplefilter('error');\n"
-            "try:\n import specguard_integrations.llama_index_trace\n"
-            "except DeprecationWarning as e: print(e)\n"
-            "warnings.simplefilter('ignore')\n"
-            "from specguard_integrations.llama_index_trace import SpecGuardTraceHandler as old\n"
-            "from specguard_integrations.llama_index.trace_handler import SpecGuardTraceHandler\n"
-            "print(old is SpecGuardTraceHandler)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[3])
-    assert "moved to specguard_integrations.llama_index.trace_handler" in out.stdout
-    assert out.stdout.strip().endswith("True")

@@ -152,15 +152,18 @@ def test_sampling_knobs_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> Non
         SpecGuardLLM(engine=engine, min_p=2.0)
 
 
-def test_unknown_and_renamed_arguments() -> None:
+def test_unknown_arguments_say_what_to_pass() -> None:
     engine = scripted_engine(lambda p: "Hi.", config=CFG)
     with pytest.raises(ValueError, match=r"unknown argument\(s\) \['top_a'\].*max_tokens"):
         SpecGuardLLM(engine=engine, top_a=3)
-    with pytest.warns(DeprecationWarning, match="generate_kwargs"):
-        llm = SpecGuardLLM(engine=engine, generate_kwargs={"max_step_tokens": 9})
-    assert llm._config(engine, {}).max_step_tokens == 9
-    with pytest.warns(DeprecationWarning, match="max_new_tokens"):
-        assert SpecGuardLLM(engine=engine, max_new_tokens=4).max_tokens == 4
+    with pytest.raises(ValueError, match=re.escape("['max_new_tokens'] (max_new_tokens: use "
+                                                   "max_tokens=)")):
+        SpecGuardLLM(engine=engine, max_new_tokens=4)
+    with pytest.raises(ValueError, match=re.escape("(max_step_tokens: pass config=SpecGuardConfig("
+                                                   "max_step_tokens=...))")):
+        SpecGuardLLM(engine=engine, max_step_tokens=9)
+    with pytest.raises(ValueError, match=re.escape("['generate_kwargs']")):
+        SpecGuardLLM(engine=engine, generate_kwargs={"max_step_tokens": 9})
     named = SpecGuardLLM(model="org/t", draft="org/d")  # `model` is the target, as in LangChain
     assert (named.draft, named.target) == ("org/d", "org/t")
 
@@ -190,8 +193,9 @@ def test_loader_options_reach_the_loader(monkeypatch: pytest.MonkeyPatch) -> Non
     one = SpecGuardLLM(draft="org/d", target="org/t", load_options=LoadOptions(
         device_map="auto", revision="v1", quantization_config={"load_in_4bit": True},
         trust_remote_code=True, target_dtype="bfloat16", draft_device="cpu"))
+    assert one.loading == kw["load"]  # the same options, given as one LoadOptions
     assert one.complete("Hello").text == "Hi."
-    assert seen[1]["load"] == kw["load"]  # the same options, given as one LoadOptions
+    assert len(seen) == 1 and one.engine is llm.engine  # are the pair loaded above
     with pytest.raises(ValueError, match=re.escape("got load_options= and ['device_map']")):
         SpecGuardLLM(draft="org/d", target="org/t", device_map="auto",
                      load_options=LoadOptions())
