@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -39,13 +40,22 @@ RUNS = ["cascade-gsm8k-cpu1core-run3", "cascade-math500-cpu1core-run3",
 DEFAULT_RUNS = [ROOT / "benchmarks" / "results" / r for r in RUNS]
 
 
+def run_lines(run: Path) -> list[str]:
+    """The lines of a bench --out folder's `results.jsonl`, or of `results.jsonl.xz` (how the
+    repository stores a run's rows: benchmarks/results/README.md)."""
+    path = run / "results.jsonl"
+    if path.exists():
+        return path.read_text().splitlines()
+    if path.with_name(path.name + ".xz").exists():
+        with lzma.open(path.with_name(path.name + ".xz"), "rt") as f:
+            return f.read().splitlines()
+    raise ValueError(f"{run} has no results.jsonl: give a `specguard bench --out` folder")
+
+
 def load_run(run: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(the latest row of each (problem, method), run.json) of a bench --out folder."""
-    path = run / "results.jsonl"
-    if not path.exists():
-        raise ValueError(f"{run} has no results.jsonl: give a `specguard bench --out` folder")
     latest: dict[tuple[str, str], dict[str, Any]] = {}
-    for line in path.read_text().splitlines():
+    for line in run_lines(run):
         if line.strip():
             try:
                 row = json.loads(line)
