@@ -130,3 +130,54 @@ def test_heading_anchors_follow_github() -> None:
     assert anchors("# A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1"}
 
 
+# ---- machine paths -----------------------------------------------------------------------------
+# A development machine's checkout, shared data, home or scratch folder, as an absolute path (a
+# user-relative `~/.cache/...` or a path under the repository is fine). The names are spelled out
+# in pieces, so this file does not match itself.
+MACHINE_PATH = re.compile(r"(?<![\w.~$-])/(?:" + "|".join(
+    ["work", "root", "home", "Users", "tmp", "private/var", "var/folders", "mnt/data"]) + r")/"
+    r"|\b[A-Z]:(?:\\)+Users(?:\\)+")
+# Files that may name one, and why. Keep this short: a path a user must adapt belongs in the docs
+# as a placeholder (`$DATA/steps_dev.jsonl`, `~/.cache/specguard`), never as a machine's own.
+ALLOWED: dict[str, str] = {}
+
+
+def package_data() -> list[str]:
+    """Every file of the packages but their code (cards, bounds, datasets, markers), tracked or
+    not: what a wheel built from this working copy would ship."""
+    return sorted(p.relative_to(ROOT).as_posix() for pkg in PACKAGES for p in (ROOT / pkg).rglob("*")
+                  if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts)
+
+
+def text_of(path: Path) -> str | None:
+    """A file's text (an `.xz` file's decompressed text); None for a binary file."""
+    data = lzma.decompress(path.read_bytes()) if path.suffix == ".xz" else path.read_bytes()
+    return None if b"\0" in data else data.decode("utf-8", "replace")
+
+
+def machine_paths(text: str) -> list[str]:
+    """Each line of `text` that holds a machine's absolute path, with its 1-based number."""
+    return [f"{n}: {line.strip()[:160]}" for n, line in enumerate(text.splitlines(), 1)
+            if MACHINE_PATH.search(line)]
+
+
+def test_no_machine_path_in_the_tree_or_the_package_data() -> None:
+    files = sorted(set(tracked()) | set(package_data()))
+    assert "specguard_core/verifiers/qwen2.5-coder-0.5b-instruct.json" in files
+    found = [f"{name}:{hit}" for name in files if name not in ALLOWED
+             and (text := text_of(ROOT / name)) is not None for hit in machine_paths(text)]
+    assert not found, ("absolute machine paths (store paths relative to the repository or the run "
+                       "folder; a user's path as a placeholder):\n" + "\n".join(found))
+
+
+def test_the_path_check_sees_machine_paths_and_spares_the_rest(tmp_path: Path) -> None:
+    work, home, scratch = ("/".join(["", d, "x", "y.json"]) for d in ("work", "home", "tmp"))
+    text = (f'"out_dir": "{work}"\ndata: `{home}`\n--out {scratch}\n'
+            "~/.cache/specguard/models\nbenchmarks/results/tmp/run\n$DATA/steps_dev.jsonl\n"
+            "C:" + "\\\\" + "Users" + "\\\\" + "me\n" + "D:" + "\\" + "Users" + "\\" + "me\n")
+    assert [hit.split(":")[0] for hit in machine_paths(text)] == ["1", "2", "3", "7", "8"]
+    packed = tmp_path / "rows.jsonl.xz"
+    packed.write_bytes(lzma.compress(f'{{"out_dir": "{work}"}}\n'.encode()))
+    assert machine_paths(text_of(packed) or "") == [f'1: {{"out_dir": "{work}"}}']
+    (tmp_path / "plot.png").write_bytes(b"\x89PNG\0" + work.encode())
+    assert text_of(tmp_path / "plot.png") is None
