@@ -40,6 +40,15 @@ RUNS = ["cascade-gsm8k-cpu1core-run3", "cascade-math500-cpu1core-run3",
 DEFAULT_RUNS = [ROOT / "benchmarks" / "results" / r for r in RUNS]
 
 
+def shown(path: Path) -> str:
+    """A path as the reports name it: relative to the repository when inside it, else its name
+    (never a machine's absolute path)."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return path.name
+
+
 def run_lines(run: Path) -> list[str]:
     """The lines of a bench --out folder's `results.jsonl`, or of `results.jsonl.xz` (how the
     repository stores a run's rows: benchmarks/results/README.md)."""
@@ -98,7 +107,7 @@ def project_run(run: Path, draft: ModelCosts, target: ModelCosts) -> dict[str, A
         by_uid[r["uid"]].add(r["method"])
     methods = sorted({r["method"] for r in rows})
     common = {u for u, ms in by_uid.items() if len(ms) == len(methods)}
-    out: dict[str, Any] = dict(run=str(run), problems_common=len(common), methods={},
+    out: dict[str, Any] = dict(run=shown(run), problems_common=len(common), methods={},
                                token_sd_rates=vars(rates) if rates else None)
     for method in methods:
         own = [r for r in rows if r["method"] == method]
@@ -200,14 +209,14 @@ def main(argv: list[str] | None = None) -> int:
                 except ValueError as err:
                     ap.error(str(err))
                 results.append(dict(res, pair=pair, mode=mode))
-    title = f"Projection with {args.costs} ({report['machine']['device_name']})"
+    title = f"Projection with {shown(args.costs)} ({report['machine']['device_name']})"
     text = markdown(results, title, errors=bool(args.check_against))
     text += "".join(f"\nnot projected: {p}\n" for p in problems)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "projection.json").write_text(json.dumps(dict(
-            costs=str(args.costs), machine=report["machine"], results=results,
+            costs=shown(args.costs), machine=report["machine"], results=results,
             not_projected=problems), indent=2) + "\n")
         (args.out / "projection.md").write_text(text)
     if args.check_against:
