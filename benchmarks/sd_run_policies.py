@@ -8,7 +8,8 @@ target passes it would take, and charges them the measured seconds per draft tok
 pass. (After a refused token the real draft continues from its own text; its probabilities there
 are approximated by the teacher-forced ones: this only moves where a wasted run ends.)
 
-    # 1. the trace: the draft's view of the `target` texts of a per-problem run (a few minutes)
+    # 1. the trace: the draft's view of the `target` texts of a per-problem run (a few minutes;
+    #    a stored run keeps its rows compressed: `xz -dk RUN/results.jsonl.xz` first)
     python benchmarks/sd_run_policies.py trace benchmarks/results/cascade-gsm8k-cpu1core-run3 \
         --out benchmarks/results/sd-run-policies/gsm8k-0-29.trace.json
     # 2. the rules, costed (seconds per draft token and per target pass from the same run:

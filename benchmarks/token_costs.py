@@ -7,6 +7,7 @@ seconds; and tokens of the speculative fallback after a refusal, charged the fal
 answers whether a method can beat token-SD: a kept draft token can never cost less than the draft
 alone's seconds per token.
 
+    xz -dk benchmarks/results/cascade-gsm8k-cpu1core-run3/results.jsonl.xz   # a stored run's rows
     python benchmarks/token_costs.py benchmarks/results/cascade-gsm8k-cpu1core-run3 \
         [--method specguard-balanced]
 """

@@ -267,6 +267,6 @@ def test_no_old_module_path_is_kept() -> None:
     import importlib
 
     for old in ("specguard_core.engine.handle", "specguard_core.engine.sampling",
-                "specguard_core.engine.steps"):
+                "specguard_core.engine.steps", "specguard_integrations.llama_index_trace"):
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(old)

@@ -9,7 +9,7 @@ events on a GPU, `time.perf_counter` on a CPU (see `timing.py`). Writes `costs.j
 `project.py`) and `costs.md` under --out, after every model, so a run cut short keeps what it has.
 
     python -m benchmarks.gpu.costs --device cuda --out gpu-out
-    python -m benchmarks.gpu.costs --tiny --device cpu --out /tmp/tiny   # seconds, on a CPU
+    python -m benchmarks.gpu.costs --tiny --device cpu --out tiny-costs   # seconds, on a CPU
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -39,13 +40,31 @@ RUNS = ["cascade-gsm8k-cpu1core-run3", "cascade-math500-cpu1core-run3",
 DEFAULT_RUNS = [ROOT / "benchmarks" / "results" / r for r in RUNS]
 
 
+def shown(path: Path) -> str:
+    """A path as the reports name it: relative to the repository when inside it, else its name
+    (never a machine's absolute path)."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return path.name
+
+
+def run_lines(run: Path) -> list[str]:
+    """The lines of a bench --out folder's `results.jsonl`, or of `results.jsonl.xz` (how the
+    repository stores a run's rows: benchmarks/results/README.md)."""
+    path = run / "results.jsonl"
+    if path.exists():
+        return path.read_text().splitlines()
+    if path.with_name(path.name + ".xz").exists():
+        with lzma.open(path.with_name(path.name + ".xz"), "rt") as f:
+            return f.read().splitlines()
+    raise ValueError(f"{run} has no results.jsonl: give a `specguard bench --out` folder")
+
+
 def load_run(run: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(the latest row of each (problem, method), run.json) of a bench --out folder."""
-    path = run / "results.jsonl"
-    if not path.exists():
-        raise ValueError(f"{run} has no results.jsonl: give a `specguard bench --out` folder")
     latest: dict[tuple[str, str], dict[str, Any]] = {}
-    for line in path.read_text().splitlines():
+    for line in run_lines(run):
         if line.strip():
             try:
                 row = json.loads(line)
@@ -88,7 +107,7 @@ def project_run(run: Path, draft: ModelCosts, target: ModelCosts) -> dict[str, A
         by_uid[r["uid"]].add(r["method"])
     methods = sorted({r["method"] for r in rows})
     common = {u for u, ms in by_uid.items() if len(ms) == len(methods)}
-    out: dict[str, Any] = dict(run=str(run), problems_common=len(common), methods={},
+    out: dict[str, Any] = dict(run=shown(run), problems_common=len(common), methods={},
                                token_sd_rates=vars(rates) if rates else None)
     for method in methods:
         own = [r for r in rows if r["method"] == method]
@@ -190,14 +209,14 @@ def main(argv: list[str] | None = None) -> int:
                 except ValueError as err:
                     ap.error(str(err))
                 results.append(dict(res, pair=pair, mode=mode))
-    title = f"Projection with {args.costs} ({report['machine']['device_name']})"
+    title = f"Projection with {shown(args.costs)} ({report['machine']['device_name']})"
     text = markdown(results, title, errors=bool(args.check_against))
     text += "".join(f"\nnot projected: {p}\n" for p in problems)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "projection.json").write_text(json.dumps(dict(
-            costs=str(args.costs), machine=report["machine"], results=results,
+            costs=shown(args.costs), machine=report["machine"], results=results,
             not_projected=problems), indent=2) + "\n")
         (args.out / "projection.md").write_text(text)
     if args.check_against:

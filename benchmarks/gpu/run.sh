@@ -5,14 +5,14 @@
 # ./gpu-out); the whole run keeps under TOTAL_S seconds (default 450, i.e. 7.5 minutes).
 #
 #   bash benchmarks/gpu/run.sh                      # on the GPU machine
-#   SPECGUARD_GPU_SKIP_INSTALL=1 OUT=/tmp/o bash benchmarks/gpu/run.sh --tiny --device cpu
+#   SPECGUARD_GPU_SKIP_INSTALL=1 OUT=gpu-out-cpu bash benchmarks/gpu/run.sh --tiny --device cpu
 #
 # Arguments are passed to costs.py (--tiny, --device, --pairs, --repeats, ...). Environment:
 #   OUT                          output folder (default ./gpu-out)
 #   PYTHON                       the interpreter (default python3)
 #   SPECGUARD_GPU_SKIP_INSTALL=1 do not install benchmarks/gpu/wheels/
 #   SPECGUARD_GPU_SKIP_TESTS=1   do not run the CUDA tests (skipped anyway when torch sees no GPU)
-#   DEPS                         where the wheels are installed (default /tmp/specguard-gpu-deps)
+#   DEPS                         where the wheels are installed (default: a new temporary folder)
 #   TOTAL_S, TESTS_TIMEOUT_S     the time limits (defaults 450 and 180 seconds)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -36,7 +36,7 @@ printf '# GPU check\n\n| step | result | output |\n|---|---|---|\n' >"$OUT/SUMMA
 if [[ "${SPECGUARD_GPU_SKIP_INSTALL:-0}" == 1 ]]; then
   step install skipped "SPECGUARD_GPU_SKIP_INSTALL=1"
 elif compgen -G "benchmarks/gpu/wheels/*.whl" >/dev/null; then
-  DEPS=${DEPS:-/tmp/specguard-gpu-deps}
+  DEPS=${DEPS:-$(mktemp -d -t specguard-gpu-deps.XXXXXX)}
   mkdir -p "$DEPS"
   if "$PY" -m pip --version >/dev/null 2>&1; then
     "$PY" -m pip install --no-index --find-links benchmarks/gpu/wheels --target "$DEPS" --upgrade \

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from specguard_core.config import PRESETS, NormBounds, SpecGuardConfig, parse_sets, preset
@@ -26,8 +27,12 @@ CONFIG_FLAGS = ModelFlags(SpecGuardConfig, fields=("max_new_tokens", "verifier",
 
 def add_run_parser(sub: Any) -> None:
     p = sub.add_parser("run", help="answer one question and print the per-step trace")
-    p.add_argument("question", help="the question (sent as one user message); - reads it from "
-                   "standard input (UTF-8, one final line break dropped)")
+    asked = p.add_mutually_exclusive_group(required=True)
+    asked.add_argument("question", nargs="?", help="the question (sent as one user message); - "
+                       "reads it from standard input (UTF-8, one final line break dropped)")
+    asked.add_argument("-f", "--file", metavar="PATH",
+                       help="read the question from a UTF-8 text file instead (its trailing line "
+                       "breaks dropped), e.g. examples/janet.txt")
     p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft model (default %(default)s)")
     p.add_argument("--target", default=DEFAULT_TARGET, help="target model (default %(default)s)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="balanced",
@@ -53,6 +58,29 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
     return LOAD_FLAGS.parse(args)
 
 
+def question(args: argparse.Namespace) -> str:
+    """The question: the argument, standard input for "-" (without the line break that ends a
+    file or an echo), or the text of `--file` (UTF-8; its line breaks read as "\\n", a byte-order
+    mark and the trailing line breaks dropped); input that cannot be read is a ValueError saying
+    why."""
+    if args.file is None:
+        return _stdin() if args.question == "-" else str(args.question)
+    path = Path(args.file)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"--file {path}: no such file; give a text file holding the "
+                         "question") from None
+    except OSError as err:
+        raise ValueError(f"--file {path}: cannot be read ({err.strerror or err})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"--file {path} is not valid UTF-8 (byte 0x{raw[err.start]:02x} at offset "
+                         f"{err.start}); save it as UTF-8") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n").rstrip("\n")  # as text mode reads it
+
+
 def _config(args: argparse.Namespace) -> SpecGuardConfig:
     overrides: dict[str, Any] = parse_sets(args.sets)
     flags = CONFIG_FLAGS.given(args)
@@ -61,11 +89,7 @@ def _config(args: argparse.Namespace) -> SpecGuardConfig:
     return preset(args.preset, **{**overrides, **flags})
 
 
-def _question(arg: str) -> str:
-    """The question: `arg` itself, or standard input when it is "-" (without the line break
-    that ends a file or an echo)."""
-    if arg != "-":
-        return arg
+def _stdin() -> str:
     raw = sys.stdin.buffer.read()
     try:
         text = raw.decode("utf-8")
@@ -126,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     # bad input fails now, not after minutes of loading
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
-        normalise_messages(_question(args.question))
+        normalise_messages(question(args))
     normalise_messages(messages)
     load = load_options(args)
     resolve_device(load.device)

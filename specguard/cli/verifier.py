@@ -72,7 +72,7 @@ def _features(args: argparse.Namespace, folder: Path) -> tuple[Any, int]:
     """Teacher-force (resuming from the cache) and load the features of the selected solutions."""
     import torch
 
-    from specguard_bench.verifier.data import load_labelled
+    from specguard_bench.verifier.data import data_ref, load_labelled
     from specguard_bench.verifier.features import extract, load_features
     from specguard_core.cache.handle import ModelHandle
     from specguard_core.models.loading import load_model
@@ -83,7 +83,7 @@ def _features(args: argparse.Namespace, folder: Path) -> tuple[Any, int]:
     model, tokenizer = load_model(_model_ref(args.model), device=args.device, dtype=args.dtype,
                                   progress=not args.no_progress)
     with torch.inference_mode():
-        extract(ModelHandle(model, tokenizer), sols, folder, str(Path(args.data).resolve()),
+        extract(ModelHandle(model, tokenizer), sols, folder, data_ref(args.data),
                 progress=not args.no_progress)
     return load_features(folder, len(sols)), len(sols)
 

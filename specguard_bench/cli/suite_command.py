@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from specguard_bench.common.store import stored_path
 from specguard_bench.tool_calling.names import AGENT_METHODS, BFCL_METHODS, FRAMEWORKS
 from specguard_bench.tool_calling.suites import SuiteSettings
 from specguard_core.models.options import LoadOptions
@@ -39,10 +40,12 @@ def run_command(args: argparse.Namespace, sets: Mapping[str, Any], *, load: Load
         if summary["skipped"]:
             print(f"skipped {len(summary['skipped'])} task(s) that cannot be used:",
                   file=sys.stderr)
+            # the summary stores a file's path relative; the console names it as it was given
+            given = {stored_path(f): str(f) for f in [args.dataset_file] if f is not None}
             for entry in summary["skipped"]:
                 who = f" ({entry['id']})" if entry["id"] else ""
-                print(f"  {entry['source']}:{entry['line']}{who}: {entry['field']}: "
-                      f"{entry['error']}", file=sys.stderr)
+                print(f"  {given.get(entry['source'], entry['source'])}:{entry['line']}{who}: "
+                      f"{entry['field']}: {entry['error']}", file=sys.stderr)
     else:
         from specguard_bench.tool_calling.agents_report import run_agents
 

@@ -4,6 +4,8 @@
   pairs already present are skipped on the next run (resume).
 - `run.json`: the settings that change results (a fingerprint); a resumed run must match them.
 
+Reports name files with `stored_path`: relative, so a stored run carries no machine's paths.
+
 `pending_pairs` lists what is left to run, `iterate_pairs` walks it with a progress bar.
 """
 
@@ -36,6 +38,19 @@ RESULTS, RUN = "results.jsonl", "run.json"
 
 class ResumeMismatch(RuntimeError):
     """The output directory holds results made with different settings."""
+
+
+def stored_path(path: str | Path) -> str:
+    """`path` as a stored report names it, never as a machine's absolute path: as given when
+    relative; relative to the working directory (the repository, for a run started from its root)
+    when it lies under it; else its name alone."""
+    given = Path(path)
+    if not given.is_absolute():
+        return given.as_posix()
+    try:
+        return given.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return given.name
 
 
 def load_rows(path: Path) -> list[ProblemRow]:

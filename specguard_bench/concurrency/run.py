@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from specguard_bench.common.engines import Engines
 from specguard_bench.common.environment import environment, previous_environment
 from specguard_bench.common.settings import BenchSettings
-from specguard_bench.common.store import append_json, check_resume
+from specguard_bench.common.store import append_json, check_resume, stored_path
 from specguard_bench.concurrency.report import SUMMARY, markdown_table, summarize_rounds, write_reports
 from specguard_bench.concurrency.rounds import (
     check_levels,
@@ -82,7 +82,7 @@ def run_concurrency(settings: BenchSettings, levels: Sequence[int], engine: Any 
                      "dataset": settings.dataset_file.stem if settings.dataset_file
                      else settings.dataset,
                      "n": len(problems), "offset": settings.offset, "methods": list(methods),
-                     "levels": list(levels), "out_dir": str(out_dir)},
+                     "levels": list(levels), "out_dir": stored_path(out_dir)},
         "environment": env,
         "levels": [s.to_dict() for s in figures],
         "table": markdown_table(figures),

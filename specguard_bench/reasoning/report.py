@@ -16,6 +16,7 @@ from specguard_bench.common.methods import REMOTE_METHOD, preset_of, specguard_c
 from specguard_bench.common.metrics import markdown_table, summarize
 from specguard_bench.common.rows import ProblemRow
 from specguard_bench.common.settings import BenchSettings
+from specguard_bench.common.store import stored_path
 from specguard_bench.reasoning.drift import drift_summary, drift_table
 from specguard_core.config import NormBounds, SpecGuardConfig
 
@@ -46,14 +47,14 @@ def build_summary(
         "settings": {
             **settings.fingerprint(bounds),
             "dataset": settings.dataset_file.stem if settings.dataset_file else settings.dataset,
-            "dataset_file": str(settings.dataset_file) if settings.dataset_file else None,
+            "dataset_file": stored_path(settings.dataset_file) if settings.dataset_file else None,
             "n": settings.n,
             "offset": settings.offset,
             "methods": list(settings.methods),
-            "out_dir": str(settings.out_dir),
+            "out_dir": stored_path(settings.out_dir),
         },
         "bounds": {
-            "path": str(settings.bounds_path) if settings.bounds_path else None,
+            "path": stored_path(settings.bounds_path) if settings.bounds_path else None,
             "values": used.model_dump(),
             "calibrated": bounds is not None,
         },

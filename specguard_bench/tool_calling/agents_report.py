@@ -13,6 +13,7 @@ from typing import Any
 from specguard_bench.common.environment import machine_line
 from specguard_bench.common.metrics import fmt_cell
 from specguard_bench.common.plot import plot_groups
+from specguard_bench.common.store import stored_path
 from specguard_bench.common.table import md_table
 from specguard_bench.tool_calling.agents_bench import (
     END_STATES,
@@ -112,8 +113,8 @@ def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "settings": {**settings.fingerprint(bounds), "n": settings.n, "offset": settings.offset,
                      "frameworks": list(settings.frameworks), "agent_task": settings.agent_task,
-                     "dataset_file": str(settings.dataset_file) if settings.dataset_file else None,
-                     "methods": list(methods), "out_dir": str(settings.out_dir)},
+                     "dataset_file": stored_path(settings.dataset_file) if settings.dataset_file else None,
+                     "methods": list(methods), "out_dir": stored_path(settings.out_dir)},
         "environment": env, "n_problems": len({t.problem.uid for t in tasks}),
         "frameworks": by_framework, "table": markdown_table(by_framework)}
     out = settings.out_dir

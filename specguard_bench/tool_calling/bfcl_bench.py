@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from specguard_bench.common.environment import machine_line
 from specguard_bench.common.methods import preset_of
 from specguard_bench.common.metrics import fmt_cell
 from specguard_bench.common.plot import plot_groups
+from specguard_bench.common.store import stored_path
 from specguard_bench.common.table import md_table
 from specguard_bench.tool_calling.bfcl_check import Check, check_task
 from specguard_bench.tool_calling.bfcl_data import CATEGORIES, BfclTask, Skipped, load_categories, load_file
@@ -185,10 +187,10 @@ def run_bfcl(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
     summary = {
         "settings": {**settings.fingerprint(bounds), "n": settings.n, "offset": settings.offset,
                      "categories": list(dict.fromkeys(t.category for t in tasks)),
-                     "dataset_file": str(settings.dataset_file) if settings.dataset_file else None,
-                     "methods": list(methods), "out_dir": str(settings.out_dir)},
+                     "dataset_file": stored_path(settings.dataset_file) if settings.dataset_file else None,
+                     "methods": list(methods), "out_dir": stored_path(settings.out_dir)},
         "environment": env, "n_tasks": len(tasks),
-        "skipped": [{"source": s.source, "line": s.line, "id": s.task_id, "field": s.field,
+        "skipped": [{"source": stored_path(s.source), "line": s.line, "id": s.task_id, "field": s.field,
                      "error": s.error} for s in skipped],
         "categories": by_category, "table": markdown_table(by_category)}
     write_reports(settings, summary, skipped)
@@ -205,7 +207,7 @@ def write_reports(settings: SuiteSettings, summary: Mapping[str, Any],
     head = (f"# SpecGuard BFCL benchmark: {summary['n_tasks']} tasks "
             f"({', '.join(s['categories'])})\n\ndraft `{s['draft']}`, target `{s['target']}`, "
             f"{machine_line(summary['environment'])}, {s['dtype']}, max {s['max_new_tokens']} new tokens\n\n")
-    tail = "".join(f"- {entry}\n" for entry in skipped)
+    tail = "".join(f"- {replace(entry, source=stored_path(entry.source))}\n" for entry in skipped)
     (out / TABLE).write_text(head + summary["table"]
                              + (f"\n## Skipped lines\n\n{tail}" if tail else ""))
     plot_groups(summary["categories"], f"BFCL, {summary['n_tasks']} tasks", s, out / PLOT)

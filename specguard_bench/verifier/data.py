@@ -1,5 +1,6 @@
-"""Step-labelled solutions (ProcessBench format, see `/work/shared/data/steps_README.md`): reading
-and checking them, with errors that name the line and the field.
+"""Step-labelled solutions (ProcessBench format, described by `steps_README.md` beside the dev file
+`steps_dev.jsonl` in the project's shared data folder): reading and checking them, with errors that
+name the line and the field.
 
 One JSON object per line: `id`, `source`, `problem`, `steps` (list of str), `labels` (one per step:
 1 correct, 0 wrong, null unlabelled); `problem_ref` groups solutions of the same problem (falls back
@@ -8,6 +9,7 @@ to `id`). Other fields are kept but not needed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +77,13 @@ def parse_line(text: str, line: int, path: Path) -> LabelledSolution:
         raise LabelledDataError(f"{path}:{line}: field 'problem_ref' must be a str, "
                                 f"got {type(ref).__name__}")
     return LabelledSolution(line, sid, source, problem, tuple(steps), tuple(labels), ref)
+
+
+def data_ref(path: str | Path) -> str:
+    """How feature caches, reports and cards name a labelled file: its name and the start of its
+    content's sha256 (`steps_dev.jsonl@sha256:0123456789abcdef`), never a machine's path to it."""
+    path = Path(path)
+    return f"{path.name}@sha256:{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}"
 
 
 def load_labelled(path: str | Path, limit: int | None = None) -> list[LabelledSolution]:

@@ -168,14 +168,15 @@ def _same_model(old: Any, new: Any) -> bool:
 
 
 def extract(handle: ModelHandle, sols: Sequence[LabelledSolution], cache_dir: Path,
-            data_path: str, progress: bool = True) -> Path:
+            data: str, progress: bool = True) -> Path:
     """Teacher-force every solution, caching chunks of `CHUNK` solutions under `cache_dir`
-    (finished chunks are reused, so an interrupted run resumes). Returns `cache_dir`."""
+    (finished chunks are reused, so an interrupted run resumes); `data` names the labelled file
+    (`data.data_ref`) in the cache and the reports. Returns `cache_dir`."""
     from tqdm import tqdm
 
     n_layers = int(handle.model.config.get_text_config().num_hidden_layers)
     pool = pool_layers_for(n_layers)
-    meta = {"fingerprint": fingerprint(handle.model, handle.tokenizer), "data": data_path,
+    meta = {"fingerprint": fingerprint(handle.model, handle.tokenizer), "data": data,
             "n_capture": CAPTURE_LAST, "pool_layers": list(pool),
             "scalar_names": scalar_names(min(CAPTURE_LAST, n_layers)), "chunk": CHUNK}
     cache_dir.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ With an OpenMP build of torch (the CPU wheels link libgomp) every OS thread that
 keeps its own team of OpenMP workers for the rest of its life, and once there are more of them than
 CPUs, libgomp stops letting idle workers spin: every op of every forward then puts its workers to
 sleep and wakes them. On the 2-core development VM, 8 threads taking turns made an 8-row decode of
-the 0.5B draft 1.34x slower (`benchmarks/omp_threads.py`, `benchmarks/results/omp-threads-cpu2core/`).
+the 0.5B draft 1.34x slower (`benchmarks/omp_threads.py`, `benchmarks/notes/2026-12-01-cpu-runner-thread.md`).
 So an engine hands every forward of its CPU models to its one `Runner` thread (a batching engine's
 rounds run there too), and its request threads run the code between forwards (sampling, acceptance,
 scoring: ops over a few rows of logits) inside `one_omp_thread()`, so they start no team of their

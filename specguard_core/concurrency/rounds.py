@@ -19,7 +19,7 @@ from specguard_core.concurrency.turns import Waiter
 
 # Padding short rows up to this many tokens per forward is cheap next to running them apart: on the
 # measured CPU 8 rows x 8 tokens cost 2.2x one 1-token decode of the target, 8 solo passes 8x
-# (benchmarks/results/batch-forward-cpu1core/).
+# (`benchmarks/batch_forward.py`; its results: benchmarks/results/batch-forward-cpu1core/ at e60e8f5).
 PAD_FREE_TOKENS = 64
 
 

@@ -5,6 +5,7 @@ fails beyond it."""
 from __future__ import annotations
 
 import json
+import lzma
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,24 @@ def test_the_calibration_check_passes_within_and_fails_beyond_its_tolerance(
     assert project.main(["--costs", str(costs), "--check-against", str(far)]) == 1
     err = capsys.readouterr().err
     assert "specguard-paper" in err and "-23.1%" in err and "token-sd" not in err
+
+
+def test_a_run_stored_compressed_replays_as_it_was_written(tmp_path: Path) -> None:
+    plain = _run(tmp_path, "plain", SG)
+    stored = _run(tmp_path, "stored", SG)  # as benchmarks/results/ keeps a run: results.jsonl.xz
+    rows = stored / "results.jsonl"
+    with lzma.open(rows.with_name("results.jsonl.xz"), "wt") as f:
+        f.write(rows.read_text())
+    rows.unlink()
+    assert project.load_run(stored) == project.load_run(plain)
+    assert len(project.load_run(stored)[0]) == 3
+
+
+def test_the_recorded_runs_the_check_replays_are_in_the_tree() -> None:
+    for run in project.DEFAULT_RUNS:
+        rows, meta = project.load_run(run)
+        assert rows and meta["presets"], run
+        assert any(r.get("step_trace") for r in rows), run
 
 
 def test_a_variant_takes_its_presets_fallback_and_bad_input_is_named(tmp_path: Path) -> None:

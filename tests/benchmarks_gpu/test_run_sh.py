@@ -31,5 +31,10 @@ def test_run_sh_tiny_on_cpu_writes_every_output(tmp_path: Path) -> None:
     assert {"target", "token-sd", "specguard-balanced", "specguard-fast",
             "specguard-paper"} <= methods  # the recorded CPU runs, replayed
     assert "| specguard-balanced |" in (out / "projection.md").read_text()
+    assert projection["costs"] == "costs.json" and {r["run"] for r in projection["results"]} == {
+        f"benchmarks/results/{run}" for run in ("cascade-gsm8k-cpu1core-run3",
+                                                "cascade-math500-cpu1core-run3",
+                                                "cascade-gsm8k-cpu1core-run3-paper")}
+    assert str(tmp_path) not in (out / "projection.md").read_text()  # no machine paths
     assert "cuda_available False" in (out / "env.txt").read_text() or \
         "cuda_available True" in (out / "env.txt").read_text()

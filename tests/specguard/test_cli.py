@@ -263,3 +263,72 @@ def test_config_flags_win_over_set_and_unset_ones_keep_the_preset(
     for name in ("max_new_tokens", "verifier"):  # the field's description is the help
         description = SpecGuardConfig.model_fields[name].description or ""
         assert f"--{name.replace('_', '-')}" in text and " ".join(description.split()) in text
+
+
+def _prompts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The prompts `specguard run` sends, through a scripted pair in place of loaded models."""
+    from specguard_core.engine.loop import SpecGuardEngine
+    from specguard_core.testing import scripted_engine
+
+    seen: list[str] = []
+    engine = scripted_engine(lambda prompt: seen.append(prompt) or "The answer is 18.")
+    monkeypatch.setattr(SpecGuardEngine, "from_pretrained",
+                        classmethod(lambda cls, *args, **kwargs: engine))
+    return seen
+
+
+def test_the_question_from_a_file_is_the_same_request_as_the_argument(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    seen = _prompts(monkeypatch)
+    asked = "What is 3 + 4?\nAnswer in one line."
+    path = tmp_path / "q.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + asked.replace("\n", "\r\n").encode() + b"\r\n\n")
+    assert main(["run", asked, "--device", "cpu", "--json"]) == 0
+    argument, first = json.loads(capsys.readouterr().out), seen[0]
+    seen.clear()
+    assert main(["run", "--file", str(path), "--device", "cpu", "--json"]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    assert asked in first and seen[0] == first  # the same chat, line breaks and all
+    assert from_file["text"] == argument["text"]
+
+
+def test_the_readme_question_runs_from_examples(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    seen = _prompts(monkeypatch)
+    example = Path(__file__).resolve().parents[2] / "examples" / "janet.txt"
+    assert main(["run", "-f", str(example), "--device", "cpu"]) == 0
+    assert "#0" in capsys.readouterr().out
+    # the question as the shell passed it in the README's former one-line command
+    question = example.read_text().rstrip("\n")
+    assert question.startswith("Janet's ducks lay 16 eggs per day.") and "\n" not in question
+    assert "for $2 per fresh duck egg" in question and question.endswith("within \\boxed{}.")
+    assert question in seen[0]
+
+
+@pytest.mark.parametrize(("content", "line"), [
+    (None, "error: --file {path}: no such file; give a text file holding the question"),
+    (b"caf\xe9?", "error: --file {path} is not valid UTF-8 (byte 0xe9 at offset 3); save it as "
+                  "UTF-8"),
+    (b"\n\n", "error: the prompt is empty"),
+])
+def test_a_question_file_that_cannot_be_used_is_one_error_line(
+        content: bytes | None, line: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "q.txt"
+    if content is not None:
+        path.write_bytes(content)
+    # the models do not exist: the question is read and checked first
+    assert main(["run", "-f", str(path), "--draft", "./nope", "--target", "./nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line.format(path=path)) and err.count("\n") == 1
+
+
+def test_a_question_and_a_file_together_or_neither_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["run", "Hi", "-f", str(tmp_path / "q.txt")], ["run"]):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "not allowed with argument" in err and "one of the arguments question -f/--file" in err

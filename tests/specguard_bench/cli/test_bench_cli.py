@@ -67,7 +67,9 @@ def test_bench_and_calibrate_end_to_end(bench_pair_dirs: tuple[Path, Path], tmp_
             assert r.step_trace is None
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary["methods"]) == list(METHODS)
-    assert summary["bounds"]["path"] == str(bounds) and summary["bounds"]["calibrated"]
+    # paths outside the working directory are stored by name: no machine path in a summary
+    assert summary["bounds"]["path"] == "bounds.json" and summary["bounds"]["calibrated"]
+    assert summary["settings"]["out_dir"] == "run" and str(tmp_path) not in json.dumps(summary)
     assert NormBounds(**summary["bounds"]["values"]) == fitted
     assert summary["configs"]["specguard-paper"]["k"] == 3
     assert summary["configs"]["specguard-fast"]["max_step_tokens"] == 6

@@ -20,6 +20,7 @@ from specguard_bench.common.store import (
     check_resume,
     load_rows,
     pending_pairs,
+    stored_path,
 )
 from specguard_bench.reasoning.problems import Problem
 from specguard_core.config import PRESETS
@@ -254,3 +255,13 @@ def test_append_after_a_cut_line_drops_it(tmp_path: Path) -> None:
     append_row(path, ROWS[1])
     append_row(path, ROWS[2])
     assert load_rows(path) == [ROWS[0], ROWS[1], ROWS[2]]
+
+
+def test_stored_paths_are_never_a_machines_absolute_path(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = tmp_path / "repo"
+    (repo / "benchmarks").mkdir(parents=True)
+    monkeypatch.chdir(repo)
+    assert stored_path(repo / "benchmarks" / "results" / "run") == "benchmarks/results/run"
+    assert stored_path("benchmarks/bounds.json") == "benchmarks/bounds.json"  # relative: as given
+    assert stored_path(tmp_path / "elsewhere" / "run-1") == "run-1"  # outside: its name alone

@@ -168,6 +168,7 @@ def test_cli_concurrency_on_the_tiny_pair(bench_pair_dirs: tuple[Path, Path], tm
     assert [(s["method"], s["concurrency"]) for s in summary["levels"]] == [
         ("specguard-balanced", 1), ("specguard-balanced", 2)]
     assert summary["levels"][1]["same_text_as_1"] == 2
+    assert summary["settings"]["out_dir"] == tmp_path.name  # never the machine's absolute path
     assert not (tmp_path / RESULTS).exists()
     # bad requests are one-line errors (exit 2) before any model loads
     capsys.readouterr()

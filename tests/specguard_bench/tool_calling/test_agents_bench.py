@@ -55,6 +55,7 @@ def test_each_framework_solves_with_every_method(tmp_path: Path,
         assert all(t["step_trace"] for t in r["turns"]) and r["latency_s"] > 0
         assert (r["paths"] is None) == (r["method"] != "specguard-balanced")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["settings"]["out_dir"] == "run"  # never the machine's absolute path
     lc = summary["frameworks"]["langchain"]["specguard-balanced"]
     assert lc["end_states"] == {"answered": 1, "turn_limit": 0, "error": 0}
     assert "| llama_index | token-sd | 100.0% (1/1) | 1/0/0 | 4.0 | 3.0 | 0 | 0 |" in \

@@ -124,7 +124,8 @@ def test_a_dataset_file_with_a_bad_line_runs_the_rest(engine: Any, tmp_path: Pat
     assert f"{path}:2 (simple_python_1): function[0].parameters.properties.number.type: " \
            "unknown type 'int'" in err
     assert [(r["uid"], r["correct"]) for r in rows(out)] == [("mine/simple_python_0", True)]
-    assert json.loads((out / "summary.json").read_text())["skipped"][0]["line"] == 2
+    skipped = json.loads((out / "summary.json").read_text())["skipped"][0]
+    assert (skipped["source"], skipped["line"]) == ("mine.jsonl", 2)  # no machine path stored
     assert "## Skipped lines" in (out / "results.md").read_text()
     assert main(["bench", "--suite", "bfcl", "--categories", "simple", "--out",
                  str(tmp_path / "x"), "--no-progress"]) == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,9 @@ def test_cli_eval_and_train_on_a_tiny_model(pair_dirs: tuple[Path, Path], tmp_pa
     assert main(["verifier-eval", *common, "--out", str(out)]) == 0
     summary = json.loads((out / "verifier-eval.json").read_text())
     assert summary["n_steps"] == 42 and summary["n_solutions"] == 12
+    # the file by name and content digest, never the machine's path to it
+    assert re.fullmatch(r"steps\.jsonl@sha256:[0-9a-f]{16}", summary["data"])
+    assert str(tmp_path) not in (out / "verifier-eval.md").read_text()
     r = summary["scorers"]["paper r"]
     assert r["default"] is True and (r["n_correct"], r["n_wrong"]) == (36, 6)
     assert set(r["by_source"]) == {"gsm8k", "math"}
@@ -209,6 +213,7 @@ def test_cli_eval_and_train_on_a_tiny_model(pair_dirs: tuple[Path, Path], tmp_pa
     assert main(["verifier-train", *common, "--features", str(out), "--out", str(card_path)]) == 0
     card = VerifierCard.load(card_path)
     assert card.cv["folds"] == 5 and card.training["n_steps"] == 42
+    assert card.training["data"] == summary["data"] and str(tmp_path) not in card_path.read_text()
     assert (out / "verifier-train.md").exists() and (out / "verifier-probe.json").exists()
     bad = tmp_path / "bad.jsonl"
     bad.write_text(data.read_text().replace('"labels": [1, 1, 1, 1]', '"labels": [1, 1]', 1))
