@@ -59,8 +59,9 @@ class Judge:
         (`check_served_target` refuses target scoring when the target is served)."""
         handle = self.target if cfg.experimental.scoring_model == "target" else self.draft
         assert isinstance(handle, CachedModel)
-        if not isinstance(handle, ModelHandle):  # cards and shipped bounds read transformers models
+        if not handle.hidden_layers:  # no card can read it: "auto" is the paper's ensemble
             return cfg.merged(verifier="paper") if cfg.verifier == "auto" else cfg
+        assert isinstance(handle, ModelHandle)  # cards and shipped bounds read its model
         return cfg.merged(verifier=self.cards.resolve(cfg.verifier, handle.model, handle.tokenizer),
                           bounds=self.cards.bounds(cfg.bounds, handle.model, handle.tokenizer))
 
@@ -129,20 +130,21 @@ class Judge:
         costs), and a verifier card reads it only when it lists the feature."""
         if cfg.beta >= 1 or not verifier_for(cfg.verifier).reads_grounding():
             return None
-        if not isinstance(handle, ModelHandle):
+        if not handle.attention:
             raise InputError(f"the paper verifier's grounding reads attention rows, which the "
                              f"{handle.backend} backend does not give: score with confidence "
                              "alone (beta=1, as the presets but `paper` do), or load the pair "
                              "with --backend transformers")
+        assert isinstance(handle, ModelHandle)
         return capture.last_layers(handle.model, cfg.experimental.grounding_layers)
 
     def pool_layers(self, handle: CachedModel, cfg: SpecGuardConfig) -> tuple[int, ...]:
         """Hidden layers the configured card reads from `handle`; () for the paper's verifier."""
-        verifier = verifier_for(cfg.verifier)
-        if not isinstance(handle, ModelHandle):
-            if cfg.verifier != "paper":
-                raise InputError(f"a verifier card reads middle-layer hidden states, which the "
-                                 f"{handle.backend} backend does not give: use verifier='paper', "
-                                 "or load the pair with --backend transformers")
+        if cfg.verifier == "paper":
             return ()
-        return self.cards.hidden_layers(verifier, handle.model, handle.tokenizer)
+        if not handle.hidden_layers:
+            raise InputError(f"a verifier card reads middle-layer hidden states, which the "
+                             f"{handle.backend} backend does not give: use verifier='paper', "
+                             "or load the pair with --backend transformers")
+        assert isinstance(handle, ModelHandle)
+        return self.cards.hidden_layers(verifier_for(cfg.verifier), handle.model, handle.tokenizer)
