@@ -44,7 +44,7 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
     step_delimiters: tuple[str, ...] = Field(("\n\n",), description="a step ends after one of these")
     max_step_tokens: int = Field(256, ge=1, description="a step ends after this many tokens, on a "
                                  "whole character (a first character that needs more runs up "
-                                 "to 3 tokens past it)")
+                                 "to 3 tokens past it); a tool call runs on to its closer")
     # score and decide
     beta: float = Field(0.3, ge=0.0, le=1.0, description="weight of confidence in the ensemble")
     tau: float = Field(0.7, description="accept iff score >= tau; -inf always, +inf never "

@@ -67,7 +67,8 @@ class Judge:
                           hidden=cfg.k > 1 and selector.mode == "hidden",
                           pool_layers=self.pool_layers(self.draft, cfg)
                           if cfg.scoring_model == "draft" else (), shaping=req.shaping,
-                          grace=req.grace(), lookahead=cfg.draft_lookahead)
+                          grace=req.grace(), lookahead=cfg.draft_lookahead,
+                          call_tokens=req.call_budget())
 
     def score(self, req: Request, cand: Candidate, kind: StepKind
               ) -> tuple[Verdict, TentativePass | None]:

@@ -75,6 +75,7 @@ class Step:
     draft_generated: int = 0  # draft tokens generated for this step, all rows and rounds
     token_logprobs: list[float | None] = field(default_factory=list)  # see StepRecord
     acceptance: str | None = None  # the rule the target's check judged the draft step by
+    cut: bool = False  # the token budget ended the step (a tool call may be open in it)
 
 
 
@@ -89,7 +90,7 @@ class Request:
     target: CacheState
     generator: torch.Generator
     prompt_tokens: int
-    context_window: int
+    context_window: int  # the pair's (the smaller known one); 0: no window
     tokenizer: Any = None
     response_template: dict[str, Any] | None = None  # parses tool calls (`text.tool_calls`)
     response_format: ResponseFormat | None = None  # the answer must be JSON (matching a schema)
@@ -161,17 +162,27 @@ class Request:
 
     def budget(self, state: CacheState) -> int:
         """Tokens the next step may take: step cap, max_new_tokens left, context window left."""
-        room = self.context_window - len(state.ids) - len(state.pending) - 1
-        return max(0, min(self.cfg.max_step_tokens, self.cfg.max_new_tokens - self.n_new, room))
+        return max(0, min(self.cfg.max_step_tokens, self._left(state)))
+
+    def call_budget(self) -> int:
+        """Tokens the next step may take when it opens a tool call, which no step cap cuts:
+        max_new_tokens left and either model's context window left."""
+        return max(0, min(self._left(self.draft), self._left(self.target)))
 
     def grace(self) -> int:
         """Tokens past `max_step_tokens` the next step may take to complete its first character
         (`proposer.WHOLE_CHAR_GRACE` at most): never past `max_new_tokens` or either model's
         context window."""
-        left = [min(self.cfg.max_new_tokens - self.n_new,
-                    self.context_window - len(s.ids) - len(s.pending) - 1) - self.budget(s)
-                for s in (self.draft, self.target)]
+        left = [self._left(s) - self.budget(s) for s in (self.draft, self.target)]
         return max(0, min(WHOLE_CHAR_GRACE, *left))
+
+    def _left(self, state: CacheState) -> int:
+        """Tokens the request may still write into `state`: max_new_tokens left, and the context
+        window left (a window of 0 is no window: the model's size is unknown)."""
+        left = self.cfg.max_new_tokens - self.n_new
+        if self.context_window > 0:
+            left = min(left, self.context_window - len(state.ids) - len(state.pending) - 1)
+        return left
 
     def commit(self, step: Step, verdict: Verdict | None, phases: dict[str, float],
                draft_text: str | None) -> StepRecord:
@@ -230,8 +241,9 @@ class Request:
         if step.eos:
             self.finish = "stop"
         elif self.steps[-1].kind == "tool_call" and not call_closed(step.text, self.rules):
-            # a call without its closer: what follows would be made-up results
-            self.finish = "length" if self._spent() else "stop"
+            # a call without its closer: what follows would be made-up results; one the budget
+            # ended was cut by max_new_tokens or the window (maybe inside a character, trimmed)
+            self.finish = "length" if step.cut or self._spent() else "stop"
         elif self.steps[-1].kind == "tool_call" and not self.parallel_tool_calls:
             self.finish = "stop"
         elif any(stop in raw for stop in self.cfg.stop):

@@ -154,7 +154,7 @@ class RemoteTarget(ServedModel):
         server's log-probabilities of their tokens, but no attention rows, hidden states or
         sampling probabilities."""
         self.catch_up(state)
-        texts = [StepText(self, spec.rules, spec.max_tokens, prior, spec.grace)
+        texts = [StepText(self, spec.rules, spec.max_tokens, prior, spec.grace, spec.call_tokens)
                  for _ in range(spec.k)]
         logprobs: list[list[float]] = [[] for _ in range(spec.k)]
         pending = list(range(spec.k))  # candidates whose step has not ended yet
@@ -164,15 +164,17 @@ class RemoteTarget(ServedModel):
                 check()
             n = len(pending) if first else 1
             done = texts[pending[0]].token_ids if not first else []
-            choices = self._generate(state.ids + done, n, spec, texts[pending[0]].room(),
-                                     generator, state)
+            asked = max(1, texts[pending[0]].room())
+            choices = self._generate(state.ids + done, n, spec, asked, generator, state)
             for i, (ids, lps, finished) in zip(pending[:n], choices, strict=True):
                 for tok, lp in zip(ids, lps, strict=True):
                     texts[i].add(tok)
                     logprobs[i].append(lp)
                     if texts[i].end is not None:
                         break
-                extending = len(texts[i].token_ids) >= spec.max_tokens  # to a whole character
+                # the server wrote all it was asked and the step may go on (to a whole
+                # character, or an open tool call's closer): ask again
+                extending = len(ids) >= asked and texts[i].room() > 0
                 if texts[i].end is None and (not ids or (finished and not extending)):
                     texts[i].end = "budget"  # the server ended without a step marker or EOS
             pending = [i for i in pending if texts[i].end is None]

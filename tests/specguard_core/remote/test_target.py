@@ -4,6 +4,7 @@ pass, and clear errors for an unreachable, slow, erroring or mismatched server."
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Iterator
@@ -332,3 +333,22 @@ def test_served_ids_outside_the_vocabulary_are_a_clear_error(
     monkeypatch.setattr(fake, "_choice", far_ids)
     with pytest.raises(RemoteTargetError, match="outside the vocabulary"):
         remote.generate(QUESTION, tau=math.inf, fallback="greedy")
+
+
+def test_a_served_target_writes_a_call_longer_than_the_step_budget(tmp_path: Path) -> None:
+    """The server writes the step in calls of what the step may still take: past
+    `max_step_tokens` while a tool call is open, up to its closer."""
+    city = "Paris " * 40
+    body = json.dumps({"name": "get_weather", "arguments": {"city": city}})
+    call = f"<tool_call>\n{body}\n</tool_call>"
+    tok = build_tokenizer(tmp_path)
+    target = ScriptedLM(tok, lambda p: call, layers=4, name="scripted-target")
+    draft = ScriptedLM(tok, lambda p: "No call.", name="scripted-draft")
+    fake = FakeVLLM(target, tok, name="scripted-target", max_model_len=2048)
+    with live_server(fake.app()) as base:
+        engine = SpecGuardEngine(draft, tok, RemoteTarget.connect(f"{base}/v1", None, tok),
+                                 config=SpecGuardConfig(k=1, temperature=0.0, max_new_tokens=600,
+                                                        max_step_tokens=16, fallback="greedy"))
+        result = engine.generate("Weather?", tools=[WEATHER], tau=math.inf)
+    assert [c.arguments for c in result.tool_calls] == [{"city": city}]
+    assert result.steps[0].text == call and result.finish_reason == "tool_calls"
