@@ -215,7 +215,7 @@ class RemoteTarget(ServedModel):
         try:
             for choice in sorted(choices, key=lambda c: int(c["index"]))[:n]:
                 ids = [_token_id(t) for t in choice["logprobs"]["tokens"]]
-                lps = [float(x) for x in choice["logprobs"]["token_logprobs"]]
+                lps = [_logprob(x) for x in choice["logprobs"]["token_logprobs"]]
                 if len(lps) != len(ids):
                     raise ValueError(f"{len(lps)} log-probs for {len(ids)} tokens")
                 if any(not 0 <= i < self.vocab_size for i in ids):  # as `_fill` checks its rows
@@ -234,11 +234,20 @@ class RemoteTarget(ServedModel):
         ids = list(logprobs)
         if any(not 0 <= i < self.vocab_size for i in ids):
             raise ValueError(f"token id outside the vocabulary ({self.vocab_size})")
-        values = torch.tensor([float(v) for v in logprobs.values()]).nan_to_num(NEG).clamp(NEG, 0)
+        values = torch.tensor([_logprob(v) for v in logprobs.values()]).clamp(NEG, 0)
         row[torch.tensor(ids, dtype=torch.long)] = values
 
     def __repr__(self) -> str:
         return f"RemoteTarget({self.model_name!r} at {self.url})"
+
+
+def _logprob(value: Any) -> float:
+    """A log-probability the server reported, as a float; NaN or one above 0 (a probability
+    over 1, beyond rounding) is a ValueError. -inf (probability 0) is one."""
+    lp = float(value)
+    if not lp <= 1e-3:
+        raise ValueError(f"log-probability {lp} is not one")
+    return lp
 
 
 def _token_id(token: object) -> int:
