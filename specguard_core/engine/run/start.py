@@ -2,9 +2,9 @@
 `Request` that the engine's steps run on.
 
 The timeout, the per-request configuration (a served target refuses what it cannot do), the
-verifier it names, the response format, the messages, the tools and the tool choice, and each
-model's prompt against its context window: every bad input is an `InputError` that says what to
-do, raised before any model runs.
+verifier it names (a card loaded and checked against its model: a `CardError`), the response
+format, the messages, the tools and the tool choice, and each model's prompt against its context
+window: every bad input is an `InputError` that says what to do, raised before any model runs.
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
     if not isinstance(pair.target, ModelHandle):
         check_served_target(cfg)
     cfg = pair.judge.resolve_verifier(cfg)
+    scorer = pair.target if cfg.scoring_model == "target" else pair.draft
+    if isinstance(scorer, ModelHandle):  # a card: loaded whole and checked for its model now
+        pair.judge.pool_layers(scorer, cfg)
     try:
         fmt = ResponseFormat.of(response_format)
     except ValueError as err:
