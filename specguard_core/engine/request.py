@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -216,7 +216,25 @@ class Request:
         self._count(record, phases)
         self.steps.append(record)
         self._check_stop(step)
-        return record
+        if self.cfg.stop:  # nothing after a stop string goes out, in the trace either
+            self._cut_at_stop()
+        return self.steps[-1]
+
+    def _cut_at_stop(self) -> None:
+        """Cut the committed steps' text (and the draft's rejected text) where the first stop
+        string starts in the request's text, as `result` cuts the text: no step's text goes past
+        it (a step before it, already streamed, may hold the stop string's beginning)."""
+        raw = self.raw_text()
+        hits = [raw.find(s) for s in self.cfg.stop if s in raw]
+        if not hits:
+            return
+        stop, pos = min(hits), 0
+        for i, s in enumerate(self.steps):
+            keep = max(0, stop - pos)  # of this step's text, what comes before the stop
+            pos += len(s.text)
+            if keep < len(s.text):  # the stop starts in this step (or an earlier one)
+                draft = None if s.draft_text is None else s.draft_text[:keep]
+                self.steps[i] = replace(s, text=s.text[:keep], draft_text=draft)
 
     def _count(self, record: StepRecord, phases: dict[str, float]) -> None:
         s = self.stats

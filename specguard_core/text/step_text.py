@@ -64,6 +64,9 @@ class StepText:
         """Add the next token: "fed" (it belongs to the step and must go through the model), "eos"
         (it ends the turn; never fed) or "before" (the step ended just before it; not added)."""
         if tok in self.handle.eos_ids:
+            if self.n_whole < len(self.token_ids):  # bytes of a character the model never ended
+                self.text += self.handle.decode(self.token_ids[self.n_whole:])  # U+FFFD, as
+                # a whole decode shows them
             self.token_ids.append(tok)
             self.end = "eos"
             return "eos"
