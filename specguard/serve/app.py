@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
@@ -110,7 +111,7 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         req = await parse(settings, model_name, request, ChatCompletionRequest)
         cfgs = gen.configs(req, request)
         try:
-            messages = convert.engine_messages(req.messages)
+            messages = await run_in_threadpool(convert.engine_messages, req.messages)
         except InputError as err:
             raise APIError(400, client_safe(str(err), sent(request)), param="messages") from None
         kwargs: dict[str, Any] = {"tools": req.tools, "tool_choice": req.tool_choice or "auto"}

@@ -145,7 +145,9 @@ def _max_batch_rows(args: argparse.Namespace) -> int | None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Handler of `bench`: 0 on success, 2 on bad options or a mismatched resume directory."""
+    """Handler of `bench`: 0 on success, 2 on bad options, a damaged file, or an output
+    directory that is busy or holds other results (one `error:` line each)."""
+    from specguard_bench.common.lock import OutDirBusy
     from specguard_bench.common.store import ResumeMismatch
 
     _set_threads(args.threads)
@@ -163,7 +165,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise ValueError("--synthetic times random-weight models; it has no --suite")
         run = _synthetic if args.synthetic else _bench if args.suite == "reasoning" else _suite
         run(args, sets)
-    except (ValueError, ResumeMismatch, OSError) as err:
+    except (ValueError, ResumeMismatch, OutDirBusy, OSError) as err:
         print(f"error: {error_line(err)}", file=sys.stderr)
         return 2
     return 0

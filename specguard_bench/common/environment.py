@@ -3,13 +3,14 @@ recorded in every summary, and the one-line form of it for a report's header."""
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from specguard_bench.common.files import BenchFileError, read_json_object
 
 
 def source_commit() -> str | None:
@@ -71,7 +72,11 @@ def previous_environment(summary: Path, device: str | None = None) -> dict[str, 
     (for a run where nothing ran this time); this machine's, with `device` when given, if that run
     was stopped before it wrote a summary."""
     if summary.exists():
-        return dict(json.loads(summary.read_text()).get("environment", {}))
+        env = read_json_object(summary).get("environment", {})
+        if not isinstance(env, dict):
+            raise BenchFileError(f"{summary}: its 'environment' is a JSON "
+                                 f"{type(env).__name__}, not an object; delete the file")
+        return dict(env)
     env = environment()
     if device is not None:
         env["device"] = device

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from specguard_core.types import GenerationResult, StepRecord
 
 
@@ -72,10 +74,17 @@ class ProblemRow:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ProblemRow:
-        """Inverse of `to_dict`; unknown keys are ignored (rows written by newer versions)."""
+    def from_dict(cls, data: Any) -> ProblemRow:
+        """Inverse of `to_dict`, checked: a missing field or a value of the wrong type is a
+        pydantic `ValidationError` (a ValueError); unknown keys are ignored (rows written by
+        newer versions)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a JSON {type(data).__name__}, not a result row object")
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return _ROW.validate_python({k: v for k, v in data.items() if k in names})
+
+
+_ROW = TypeAdapter(ProblemRow)
 
 
 def step_entry(step: StepRecord) -> dict[str, Any]:

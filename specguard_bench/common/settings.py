@@ -1,8 +1,9 @@
 """`BenchSettings`: everything a real-model run depends on, for the reasoning benchmark, its
 `--concurrency` mode and the tool-calling suites (which extend it), and its fingerprint.
 
-The fingerprint is what `run.json` records and a resumed run must match (`store.check_resume`):
-the settings that change a (task, method) result, nothing else.
+The fingerprint is what `run.json` records and a resumed run must match (`store.check_resume`,
+which adds a digest of each selected task): the settings that change a (task, method) result,
+nothing else.
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from specguard_bench.common.files import load_jsonl
 from specguard_bench.common.methods import MethodOutput, check_methods, preset_of
 from specguard_bench.common.rows import ProblemRow
 from specguard_bench.common.settings import BenchSettings
-from specguard_bench.common.store import load_jsonl
 from specguard_bench.reasoning.harness import generate, problem_row
 from specguard_bench.reasoning.problems import Problem
 from specguard_core.config import NormBounds

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from specguard_bench.common.engines import Engines
 from specguard_bench.common.environment import environment, previous_environment
+from specguard_bench.common.lock import holding_out_dir
 from specguard_bench.common.settings import BenchSettings
 from specguard_bench.common.store import append_json, check_resume, stored_path
 from specguard_bench.concurrency.report import SUMMARY, markdown_table, summarize_rounds, write_reports
@@ -41,18 +42,20 @@ from specguard_core.config import NormBounds
 ROUNDS, RUN = "concurrency.jsonl", "concurrency-run.json"
 
 
+@holding_out_dir
 def run_concurrency(settings: BenchSettings, levels: Sequence[int], engine: Any = None,
                     remote_engine: Any = None) -> dict[str, Any]:
     """Run (or resume) the concurrency measurement of `settings.methods` (SpecGuard methods
     only) at `levels` (1 added); return the summary (also written to disk). `engine` /
     `remote_engine`: already-built engines, as for `run_bench`. Raises ResumeMismatch when
-    `out_dir` holds rounds made with other settings, ValueError for bad levels or methods."""
+    `out_dir` holds rounds made with other settings or problems, OutDirBusy while another run
+    holds it, ValueError for bad levels or methods."""
     methods = concurrency_methods(settings.methods, remote=settings.served is not None)
     problems = selected_problems(settings)
     levels = check_levels(levels, len(problems))
     bounds = NormBounds.load(settings.bounds_path) if settings.bounds_path else None
     out_dir = settings.out_dir
-    check_resume(out_dir, settings.fingerprint(bounds), run=RUN, results=ROUNDS)
+    check_resume(out_dir, settings.fingerprint(bounds), run=RUN, results=ROUNDS, tasks=problems)
     uids = [p.uid for p in problems]
     done = {(r.method, r.concurrency) for r in load_rounds(out_dir / ROUNDS) if r.uids == uids}
     todo = [(level, m) for level in levels for m in methods if (m, level) not in done]

@@ -17,6 +17,7 @@ from typing import Any
 
 from specguard_bench.common.engines import Engines, base_config
 from specguard_bench.common.environment import environment, previous_environment
+from specguard_bench.common.lock import holding_out_dir
 from specguard_bench.common.methods import MethodOutput, check_methods, run_method
 from specguard_bench.common.rows import ProblemRow, specguard_fields
 from specguard_bench.common.settings import BenchSettings
@@ -27,6 +28,7 @@ from specguard_bench.common.store import (
     iterate_pairs,
     load_rows,
     pending_pairs,
+    unique,
 )
 from specguard_bench.reasoning.answers import grade
 from specguard_bench.reasoning.problems import Problem, load_file, load_problems, messages_for
@@ -104,6 +106,7 @@ def selected_problems(settings: BenchSettings) -> list[Problem]:
     return load_problems(settings.dataset, settings.n, settings.offset)
 
 
+@holding_out_dir
 def run_bench(settings: BenchSettings, engine: Any = None, remote_engine: Any = None
               ) -> dict[str, Any]:
     """Run (or resume) the benchmark; return the summary dict (also written to disk).
@@ -111,13 +114,14 @@ def run_bench(settings: BenchSettings, engine: Any = None, remote_engine: Any = 
     `engine`: an already-built SpecGuardEngine (tests, notebooks); loaded from
     `settings.draft/target` otherwise (and only when a method needs it); `remote_engine` the same
     for `specguard-remote` (loaded from `settings.served`). Raises ResumeMismatch if `out_dir`
-    holds results made with other settings, ValueError for bad dataset/method names.
+    holds results made with other settings (or on other problems), OutDirBusy while another run
+    holds it, ValueError for bad dataset/method names and BenchFileError for a damaged file.
     """
     methods = check_methods(settings.methods, remote=settings.served is not None)
     problems = selected_problems(settings)
     bounds = NormBounds.load(settings.bounds_path) if settings.bounds_path else None
     out_dir = settings.out_dir
-    check_resume(out_dir, settings.fingerprint(bounds))
+    check_resume(out_dir, settings.fingerprint(bounds), tasks=problems)
     results = out_dir / RESULTS
     done = {(r.uid, r.method) for r in load_rows(results)}
     pairs = pending_pairs(problems, methods, done)
@@ -130,7 +134,8 @@ def run_bench(settings: BenchSettings, engine: Any = None, remote_engine: Any = 
             append_row(results, run_pair(engines.for_method(method), problem, method, settings,
                                          bounds))
     wanted = {p.uid for p in problems}
-    rows = [r for r in load_rows(results) if r.uid in wanted and r.method in methods]
+    rows = unique((r for r in load_rows(results) if r.uid in wanted and r.method in methods),
+                  key=lambda r: (r.uid, r.method))
     engine = engines.any()
     base = engine.config if engine is not None else base_config(settings.sets)
     env = (environment(engine) if engine is not None

@@ -12,6 +12,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specguard_bench.common.files import BenchFileError, one_line, read_text
+from specguard_bench.common.store import digest
+
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 DATASETS: dict[str, str] = {"gsm8k": "gsm8k.jsonl", "math500": "math500.jsonl"}
 # default new-token caps: at 400 the target was cut on 14 of MATH-500's first 20 problems
@@ -29,6 +32,11 @@ class Problem:
     question: str
     gold: str
     solution: str = ""  # the worked answer (GSM8K's `answer`, MATH's `solution`) when given
+
+    @property
+    def digest(self) -> str:
+        """A hash of what the problem asks and what counts as right (a resumed run's check)."""
+        return digest(self.question, self.gold)
 
 
 def gsm8k_gold(answer: str) -> str:
@@ -72,37 +80,60 @@ def load_problems(dataset: str, n: int | None = None, offset: int = 0) -> list[P
 
 
 def load_file(path: str | Path, n: int | None = None, offset: int = 0) -> list[Problem]:
-    """Problems `offset .. offset+n-1` of a JSONL file of your own: each line a JSON object with
-    GSM8K's `question`/`answer` fields (the gold is the text after `####` when there is one, else
-    the whole answer) or MATH's `problem`/`answer`. `uid` is `<file stem>/<line index>`.
+    """Problems `offset .. offset+n-1` of a JSONL file of your own (UTF-8): each line a JSON
+    object with GSM8K's `question`/`answer` fields (the gold is the text after `####` when there
+    is one, else the whole answer) or MATH's `problem`/`answer`; the question a non-empty string,
+    the answer a string or a number. `uid` is `<file stem>/<index>`, counting non-blank lines.
 
-    Raises ValueError naming the line that is not JSON or lacks the fields."""
+    Raises BenchFileError (a ValueError) naming the file and line that is not JSON or lacks the
+    fields."""
     if offset < 0 or (n is not None and n < 0):
         raise ValueError("offset and n must be >= 0")
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"--dataset-file {path} does not exist")
-    name = path.stem
-    lines = [ln for ln in path.read_text("utf-8").splitlines() if ln.strip()]
-    end = len(lines) if n is None else min(len(lines), offset + n)
+    numbered = [(i + 1, ln) for i, ln in enumerate(read_text(path).splitlines()) if ln.strip()]
+    end = len(numbered) if n is None else min(len(numbered), offset + n)
     problems = []
     for i in range(offset, end):
+        line_no, text = numbered[i]
         try:
-            row = json.loads(lines[i])
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: problem {i} is not JSON ({err})") from None
-        if not isinstance(row, dict) or "answer" not in row or not (
-                "question" in row or "problem" in row):
-            raise ValueError(f"{path}: problem {i} needs `question`+`answer` (GSM8K) or "
-                             "`problem`+`answer` (MATH) fields")
-        question = str(row.get("question", row.get("problem")))
-        answer = str(row["answer"])
+            row = json.loads(text)
+        except (ValueError, RecursionError) as err:
+            raise BenchFileError(f"{path}:{line_no}: not JSON ({one_line(err)})") from None
+        question, answer = _fields(row, f"{path}:{line_no}")
         gold = gsm8k_gold(answer) if "####" in answer else answer.strip()
-        problems.append(Problem(f"{name}/{i}", name, i, question, gold,
+        if not gold:
+            raise BenchFileError(f"{path}:{line_no}: the answer has no gold after '####'")
+        problems.append(Problem(f"{path.stem}/{i}", path.stem, i, question, gold,
                                 str(row.get("solution", answer))))
     if not problems:
-        raise ValueError(f"{path} has {len(lines)} problems; offset {offset} selects none")
+        raise ValueError(f"{path} has {len(numbered)} problems; offset {offset} selects none")
     return problems
+
+
+def _fields(row: Any, where: str) -> tuple[str, str]:
+    """(question, answer) of one line of a problems file; BenchFileError naming `where`."""
+    if not isinstance(row, dict) or "answer" not in row or not (
+            "question" in row or "problem" in row):
+        raise BenchFileError(f"{where}: a problem needs `question`+`answer` (GSM8K) or "
+                             "`problem`+`answer` (MATH) fields")
+    question, answer = row.get("question", row.get("problem")), row["answer"]
+    if not isinstance(question, str) or not question.strip():
+        raise BenchFileError(f"{where}: the question must be a non-empty string, got "
+                             f"{_shown(question)}")
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or \
+            not str(answer).strip():
+        raise BenchFileError(f"{where}: the answer must be a non-empty string or a number, "
+                             f"got {_shown(answer)}")
+    return question, str(answer)
+
+
+def _shown(value: Any) -> str:
+    """A refused value, short: JSON's name for its type and, for a scalar, the value."""
+    if isinstance(value, (dict, list)):
+        return f"a JSON {'object' if isinstance(value, dict) else 'array'}"
+    return json.dumps(value)[:40]
 
 
 def messages_for(question: str) -> list[dict[str, str]]:

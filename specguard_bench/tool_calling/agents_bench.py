@@ -86,6 +86,11 @@ class AgentTask:
     framework: str
     problem: Problem
 
+    @property
+    def digest(self) -> str:
+        """The problem's (what it asks and what counts as right)."""
+        return self.problem.digest
+
 
 def load_tasks(settings: SuiteSettings) -> list[AgentTask]:
     """`n` GSM8K problems from `offset` (or of `dataset_file`), each once per framework; with

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specguard_bench.common.environment import machine_line
+from specguard_bench.common.lock import holding_out_dir
 from specguard_bench.common.metrics import fmt_cell
 from specguard_bench.common.plot import plot_groups
 from specguard_bench.common.store import stored_path
@@ -22,6 +23,7 @@ from specguard_bench.tool_calling.agents_bench import (
     run_task,
     warm_up,
 )
+from specguard_bench.tool_calling.rows import AgentRow
 from specguard_bench.tool_calling.suites import (
     PLOT,
     SUMMARY,
@@ -101,6 +103,7 @@ def _row(framework: str, method: str, s: Mapping[str, Any]) -> list[str]:
             path_cell(s["paths_per_task"])]
 
 
+@holding_out_dir
 def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
     """Run (or resume) the agents suite; return the summary (also written to disk)."""
     methods = check_suite_methods(settings.methods)
@@ -108,7 +111,7 @@ def run_agents(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
         raise ValueError("--turn-limit must be at least 1")
     import_frameworks(settings.frameworks)
     tasks = load_tasks(settings)
-    rows, env, bounds = run_suite(settings, tasks, methods, engine, run_task, warm_up)
+    rows, env, bounds = run_suite(settings, tasks, methods, engine, run_task, warm_up, AgentRow)
     by_framework = summarize(rows, methods)
     summary: dict[str, Any] = {
         "settings": {**settings.fingerprint(bounds), "n": settings.n, "offset": settings.offset,

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from specguard_bench.common.environment import machine_line
+from specguard_bench.common.lock import holding_out_dir
 from specguard_bench.common.methods import preset_of
 from specguard_bench.common.metrics import fmt_cell
 from specguard_bench.common.plot import plot_groups
@@ -26,6 +27,7 @@ from specguard_bench.common.table import md_table
 from specguard_bench.tool_calling.bfcl_check import Check, check_task
 from specguard_bench.tool_calling.bfcl_data import CATEGORIES, BfclTask, Skipped, load_categories, load_file
 from specguard_bench.tool_calling.chat_engine import MethodEngine
+from specguard_bench.tool_calling.rows import BfclRow
 from specguard_bench.tool_calling.suites import (
     PLOT,
     SUMMARY,
@@ -177,12 +179,13 @@ def _row(category: str, method: str, s: Mapping[str, Any]) -> list[str]:
             path_cell(s["paths_per_task"])]
 
 
+@holding_out_dir
 def run_bfcl(settings: SuiteSettings, engine: Any = None) -> dict[str, Any]:
     """Run (or resume) the BFCL suite; return the summary (also written to disk). `engine`: an
     already-built SpecGuardEngine (else loaded from `settings.draft/target` when needed)."""
     methods = check_suite_methods(settings.methods)
     tasks, skipped = load_tasks(settings)
-    rows, env, bounds = run_suite(settings, tasks, methods, engine, run_task, warm_up)
+    rows, env, bounds = run_suite(settings, tasks, methods, engine, run_task, warm_up, BfclRow)
     by_category = summarize(rows, methods)
     summary = {
         "settings": {**settings.fingerprint(bounds), "n": settings.n, "offset": settings.offset,

@@ -20,6 +20,8 @@ from typing import Any
 
 import jsonschema
 
+from specguard_bench.common.files import BenchFileError, read_text
+from specguard_bench.common.store import digest
 from specguard_core.text.chat import InputError, check_tools
 from specguard_core.text.schema import validator
 
@@ -55,6 +57,11 @@ class BfclTask:
     functions: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     ground_truth: list[dict[str, dict[str, list[Any]]]] | None
+
+    @property
+    def digest(self) -> str:
+        """A hash of what the task asks (its chat and functions) and what counts as right."""
+        return digest(self.messages, self.functions, self.ground_truth)
 
 
 @dataclass(frozen=True)
@@ -215,7 +222,7 @@ def parse_lines(lines: Sequence[str], source: str, n: int | None = None, offset:
                                       f"{seen[task.task_id]}; ids must be unique")
             seen[task.task_id] = line_no
             tasks.append(task)
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, RecursionError) as err:
             skipped.append(Skipped(source, line_no, None, "(line)", f"not JSON ({err})"))
         except BfclFormatError as err:
             skipped.append(Skipped(source, line_no, task_id if isinstance(task_id, str) else None,
@@ -244,12 +251,17 @@ def load_categories(categories: Sequence[str] = CATEGORIES, n: int | None = None
 def load_file(path: str | Path, n: int | None = None, offset: int = 0
               ) -> tuple[list[BfclTask], list[Skipped]]:
     """Tasks `offset .. offset+n-1` of a JSONL file in BFCL's format (`id`, `question`,
-    `function`, `ground_truth`); `uid` is `<file stem>/<id>`."""
+    `function`, `ground_truth`); `uid` is `<file stem>/<id>`. Lines selected but none usable
+    is a BenchFileError naming the first (nothing would run)."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"--dataset-file {path} does not exist")
-    tasks, skipped = parse_lines(path.read_text("utf-8").splitlines(), path.stem, n, offset)
+    tasks, skipped = parse_lines(read_text(path).splitlines(), path.stem, n, offset)
     skipped = [Skipped(str(path), s.line, s.task_id, s.field, s.error) for s in skipped]
-    if not tasks and not skipped:
-        raise ValueError(f"{path}: offset {offset} selects no task")
+    if not tasks:
+        if not skipped:
+            raise ValueError(f"{path}: offset {offset} selects no task")
+        more = f" (and {len(skipped) - 1} more lines)" if len(skipped) > 1 else ""
+        raise BenchFileError(f"{skipped[0]}{more}: no usable task in the selected lines of "
+                             f"{path}; fix them or select others")
     return tasks, skipped

@@ -15,6 +15,7 @@ from typing import Any
 
 from specguard_bench.common.engines import Engines
 from specguard_bench.common.environment import environment, previous_environment
+from specguard_bench.common.files import load_jsonl
 from specguard_bench.common.methods import METHODS, preset_of, specguard_config
 from specguard_bench.common.settings import BenchSettings
 from specguard_bench.common.store import (
@@ -23,10 +24,11 @@ from specguard_bench.common.store import (
     append_json,
     check_resume,
     iterate_pairs,
-    load_jsonl,
     pending_pairs,
+    unique,
 )
 from specguard_bench.tool_calling.names import FRAMEWORKS
+from specguard_bench.tool_calling.rows import row_parser
 from specguard_core.config import NormBounds, SpecGuardConfig
 from specguard_core.types import StepPath, StepRecord
 
@@ -107,14 +109,16 @@ def timed(run: Callable[[], Any], engine: Any) -> tuple[Any, float]:
 def run_pending(settings: SuiteSettings, bounds: NormBounds | None, tasks: Sequence[TaskT],
                 methods: Sequence[str], engines: Engines,
                 run_one: Callable[[Any, TaskT, str], Mapping[str, Any]],
-                warm: Callable[[Any, str], None]) -> list[dict[str, Any]]:
+                warm: Callable[[Any, str], None],
+                parse: Callable[[Any], dict[str, Any]]) -> list[dict[str, Any]]:
     """Run (or resume) every (task, method) pair not yet in `results.jsonl`, task by task with
-    the methods rotated, each row appended as it finishes; the rows of `tasks` x `methods`.
-    Raises ResumeMismatch when the directory holds results made with other settings."""
+    the methods rotated, each row appended as it finishes; the rows of `tasks` x `methods`
+    (each pair once), every stored row read through `parse` (`rows.row_parser`). Raises
+    ResumeMismatch when the directory holds results made with other settings or tasks."""
     out_dir = settings.out_dir
-    check_resume(out_dir, settings.fingerprint(bounds))
+    check_resume(out_dir, settings.fingerprint(bounds), tasks=tasks)
     results = out_dir / RESULTS
-    done = {(r["uid"], r["method"]) for r in load_jsonl(results, dict)}
+    done = {(r["uid"], r["method"]) for r in load_jsonl(results, parse)}
     pairs = pending_pairs(tasks, methods, done)
     if pairs and settings.warmup:
         for method in sorted({m for _, m in pairs}):
@@ -122,21 +126,26 @@ def run_pending(settings: SuiteSettings, bounds: NormBounds | None, tasks: Seque
     for task, method in iterate_pairs(pairs, settings.progress, desc=settings.suite):
         append_json(results, run_one(engines.for_method(method), task, method))
     wanted = {t.uid for t in tasks}
-    return [r for r in load_jsonl(results, dict) if r["uid"] in wanted and r["method"] in methods]
+    return unique((r for r in load_jsonl(results, parse)
+                   if r["uid"] in wanted and r["method"] in methods),
+                  key=lambda r: (r["uid"], r["method"]))
 
 
 def run_suite(settings: SuiteSettings, tasks: Sequence[TaskT], methods: Sequence[str],
               engine: Any, run_task: Callable[..., Mapping[str, Any]],
-              warm_up: Callable[..., None]) -> tuple[list[dict[str, Any]], dict[str, Any],
-                                                     NormBounds | None]:
+              warm_up: Callable[..., None], row_type: type[Any]
+              ) -> tuple[list[dict[str, Any]], dict[str, Any], NormBounds | None]:
     """What every suite does before its report: load the bounds, run the pending pairs with
     `run_task(engine, task, method, settings, bounds)` (after `warm_up(engine, method, settings)`),
-    and read the environment (the last run's when nothing ran). Returns (rows, env, bounds)."""
+    and read the environment (the last run's when nothing ran). Stored rows must have the shape
+    `row_type` (`rows.BfclRow`, `rows.AgentRow`). Returns (rows, env, bounds). Call it with the
+    output directory's lock held (`lock.holding_out_dir`), reports written."""
     bounds = NormBounds.load(settings.bounds_path) if settings.bounds_path else None
     engines = Engines(settings, local=engine)
     rows = run_pending(settings, bounds, tasks, methods, engines,
                        lambda eng, task, method: run_task(eng, task, method, settings, bounds),
-                       lambda eng, method: warm_up(eng, method, settings))
+                       lambda eng, method: warm_up(eng, method, settings),
+                       row_parser(row_type))
     used = engines.any()
     env = (environment(used) if used is not None
            else previous_environment(settings.out_dir / SUMMARY, settings.device))

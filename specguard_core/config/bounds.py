@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class NormBounds(BaseModel):
@@ -55,5 +55,7 @@ class NormBounds(BaseModel):
                              "with confidence_min/max and grounding_min/max")
         try:
             return cls.model_validate(data)
-        except ValueError as err:
-            raise ValueError(f"bounds file {path}: {err}") from None
+        except ValidationError as err:  # one line: each field's problem
+            why = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'bounds'}: {e['msg']}"
+                            for e in err.errors(include_url=False))
+            raise ValueError(f"bounds file {path}: {why}") from None

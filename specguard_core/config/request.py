@@ -35,7 +35,7 @@ class SpecGuardConfig(BaseModel):
     step_delimiters: tuple[str, ...] = Field(("\n\n",), description="a step ends after one of these")
     max_step_tokens: int = Field(256, ge=1, description="a step ends after this many tokens, on a "
                                  "whole character (a first character that needs more runs up "
-                                 "to 3 tokens past it)")
+                                 "to 3 tokens past it); a tool call runs on to its closer")
     draft_lookahead: int = Field(8, ge=0, le=64, description="each draft forward (speculative "
                                  "fallback runs; a step proposal of one candidate without "
                                  "attention capture) also checks up to this many tokens guessed "

@@ -41,6 +41,7 @@ class SampleSpec:
     shaping: Shaping = NO_SHAPING  # top-k, min-p, repetition penalty (`sampling.Shaping`)
     grace: int = 0  # tokens past max_tokens a step may take to complete its first character
     lookahead: int = 0  # k = 1 without capture: prompt-lookup guesses fed with each token (0: none)
+    call_tokens: int = 0  # tokens a step that opens a tool call may take (past max_tokens)
 
 
 @dataclass

@@ -84,7 +84,7 @@ def regenerate(draft: CachedModel, target: Target, req: Request, proposal: Propo
     spec = SampleSpec(k, cfg.temperature if sample else 0.0, cfg.top_p,
                       max(1, req.budget(req.target)), req.rules, None,
                       hidden=k > 1 and selector.mode == "hidden", shaping=req.shaping,
-                      grace=req.grace())
+                      grace=req.grace(), call_tokens=req.call_budget())
     written = write_step(target, req.target, spec, req.generator, prior, check=req.check)
     i = selector.select(written.candidates)
     cand = written.candidates[i]
@@ -93,7 +93,7 @@ def regenerate(draft: CachedModel, target: Target, req: Request, proposal: Propo
     logprobs: list[float | None] = [None] * len(prior_ids)  # forced, not chosen by a model
     return Step(prior_ids + cand.token_ids, prior + cand.text, "target", cand.end == "eos", k,
                 path="regenerated", draft_generated=generated(proposal),
-                token_logprobs=logprobs + list(cand.logprobs))
+                token_logprobs=logprobs + list(cand.logprobs), cut=cand.end == "budget")
 
 
 def speculate(draft: CachedModel, target: Target, req: Request, proposal: Proposal,
@@ -108,7 +108,8 @@ def speculate(draft: CachedModel, target: Target, req: Request, proposal: Propos
     cfg, gen = req.cfg, req.generator
     temp, top_p, shaping = cfg.temperature, cfg.top_p, req.shaping
     cand = proposal.candidates[pick]
-    text = StepText(target, req.rules, max(1, req.budget(req.target)), grace=req.grace())
+    text = StepText(target, req.rules, max(1, req.budget(req.target)), grace=req.grace(),
+                    call_tokens=req.call_budget())
     p_rows = shaping.penalise_rows(first.logits, req.target.ids, cand.token_ids)  # [T+1, V]
     m = accepted_prefix(p_rows, cand.token_ids, cand.sample_probs, temp, top_p, gen, shaping)
     if temp == 0:
@@ -164,7 +165,8 @@ def speculate(draft: CachedModel, target: Target, req: Request, proposal: Propos
         written = min(written, len(text.token_ids))
     return Step(text.token_ids, text.text, "target", text.end == "eos", len(proposal.candidates),
                 path="target-verified", verified_prefix=verified, draft_written=written,
-                draft_generated=made, token_logprobs=logprobs[: len(text.token_ids)])
+                draft_generated=made, token_logprobs=logprobs[: len(text.token_ids)],
+                cut=text.end == "budget")
 
 
 def _logprob(rows: torch.Tensor, m: int, tok: int | None) -> list[float | None]:

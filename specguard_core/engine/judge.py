@@ -84,7 +84,7 @@ class Judge:
                           hidden=cfg.k > 1 and selector.mode == "hidden",
                           pool_layers=plan.pool if by_draft else (), shaping=req.shaping,
                           grace=req.grace(), lookahead=plan.guesses if plan.guess_proposals
-                          else 0)
+                          else 0, call_tokens=req.call_budget())
 
     def score(self, req: Request, cand: Candidate, kind: StepKind
               ) -> tuple[Verdict, TentativePass | None]:

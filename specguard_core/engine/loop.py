@@ -135,7 +135,10 @@ class SpecGuardEngine:
 
     @property
     def context_window(self) -> int:
-        return min(self.draft.context_window, self.target.context_window)
+        """The smaller of the two models' context windows, a model's 0 (unknown) counting as no
+        window; 0 when neither is known."""
+        known = [w for w in (self.draft.context_window, self.target.context_window) if w > 0]
+        return min(known, default=0)
 
     @property
     def tokenizer(self) -> Any:

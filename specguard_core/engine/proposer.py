@@ -13,6 +13,7 @@ on whole characters).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -41,7 +42,8 @@ def propose(handle: CachedModel, state: CacheState, spec: SampleSpec,
     k, n0, dev = spec.k, len(state.ids), handle.device
     logits = handle.next_logits(state).unsqueeze(0).expand(k, -1)  # [k, V]
     handle.fork(state, k)
-    texts = [StepText(handle, spec.rules, spec.max_tokens, prior, spec.grace) for _ in range(k)]
+    texts = [StepText(handle, spec.rules, spec.max_tokens, prior, spec.grace, spec.call_tokens)
+             for _ in range(k)]
     cands = [Candidate() for _ in range(k)]
     att_rows: list[torch.Tensor] = []  # step t: [k, L, t + 1], grown with the step
     emb_sum: torch.Tensor | None = None  # [k, d]
@@ -50,7 +52,7 @@ def propose(handle: CachedModel, state: CacheState, spec: SampleSpec,
     history = spec.shaping.history(state.ids, k, dev)  # [k, n0 + t] for the penalty (None: none)
     hidden = spec.hidden or bool(spec.pool_layers)  # each forward returns hidden states
     guesses = GuessFeed(handle, state, spec.lookahead, hidden) if spec.lookahead else None
-    for t in range(spec.max_tokens + spec.grace if spec.max_tokens else 0):  # `StepText.room`
+    for t in itertools.count() if spec.max_tokens else ():  # each row ends by `StepText.room`
         if check is not None:
             check()
         shaped = spec.shaping.penalise(logits, history)  # [k, V]
@@ -79,7 +81,7 @@ def propose(handle: CachedModel, state: CacheState, spec: SampleSpec,
             break
         recorder = AttentionRecorder(spec.capture_layers) if spec.capture_layers else None
         if guesses is not None:
-            out = guesses.feed(int(toks[0]))
+            out = guesses.feed(int(toks[0]), room=texts[0].room())  # never past the window
         else:
             out = handle.forward(state, tokens[:, None],
                                  hidden=hidden, recorder=recorder)

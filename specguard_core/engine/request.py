@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -77,6 +77,7 @@ class Step:
     draft_generated: int = 0  # draft tokens generated for this step, all rows and rounds
     token_logprobs: list[float | None] = field(default_factory=list)  # see StepRecord
     acceptance: str | None = None  # the rule the target's check judged the draft step by
+    cut: bool = False  # the token budget ended the step (a tool call may be open in it)
 
 
 
@@ -91,7 +92,7 @@ class Request:
     target: CacheState
     generator: torch.Generator
     prompt_tokens: int
-    context_window: int
+    context_window: int  # the pair's (the smaller known one); 0: no window
     plan: Plan  # which path its steps take (`plan.py`), decided when it opened
     tokenizer: Any = None
     response_template: dict[str, Any] | None = None  # parses tool calls (`text.tool_calls`)
@@ -159,17 +160,27 @@ class Request:
 
     def budget(self, state: CacheState) -> int:
         """Tokens the next step may take: step cap, max_new_tokens left, context window left."""
-        room = self.context_window - len(state.ids) - len(state.pending) - 1
-        return max(0, min(self.cfg.max_step_tokens, self.cfg.max_new_tokens - self.n_new, room))
+        return max(0, min(self.cfg.max_step_tokens, self._left(state)))
+
+    def call_budget(self) -> int:
+        """Tokens the next step may take when it opens a tool call, which no step cap cuts:
+        max_new_tokens left and either model's context window left."""
+        return max(0, min(self._left(self.draft), self._left(self.target)))
 
     def grace(self) -> int:
         """Tokens past `max_step_tokens` the next step may take to complete its first character
         (`proposer.WHOLE_CHAR_GRACE` at most): never past `max_new_tokens` or either model's
         context window."""
-        left = [min(self.cfg.max_new_tokens - self.n_new,
-                    self.context_window - len(s.ids) - len(s.pending) - 1) - self.budget(s)
-                for s in (self.draft, self.target)]
+        left = [self._left(s) - self.budget(s) for s in (self.draft, self.target)]
         return max(0, min(WHOLE_CHAR_GRACE, *left))
+
+    def _left(self, state: CacheState) -> int:
+        """Tokens the request may still write into `state`: max_new_tokens left, and the context
+        window left (a window of 0 is no window: the model's size is unknown)."""
+        left = self.cfg.max_new_tokens - self.n_new
+        if self.context_window > 0:
+            left = min(left, self.context_window - len(state.ids) - len(state.pending) - 1)
+        return left
 
     def commit(self, step: Step, verdict: Verdict | None, phases: dict[str, float],
                draft_text: str | None) -> StepRecord:
@@ -203,7 +214,25 @@ class Request:
         self._count(record, phases)
         self.steps.append(record)
         self._check_stop(step)
-        return record
+        if self.cfg.stop:  # nothing after a stop string goes out, in the trace either
+            self._cut_at_stop()
+        return self.steps[-1]
+
+    def _cut_at_stop(self) -> None:
+        """Cut the committed steps' text (and the draft's rejected text) where the first stop
+        string starts in the request's text, as `result` cuts the text: no step's text goes past
+        it (a step before it, already streamed, may hold the stop string's beginning)."""
+        raw = self.raw_text()
+        hits = [raw.find(s) for s in self.cfg.stop if s in raw]
+        if not hits:
+            return
+        stop, pos = min(hits), 0
+        for i, s in enumerate(self.steps):
+            keep = max(0, stop - pos)  # of this step's text, what comes before the stop
+            pos += len(s.text)
+            if keep < len(s.text):  # the stop starts in this step (or an earlier one)
+                draft = None if s.draft_text is None else s.draft_text[:keep]
+                self.steps[i] = replace(s, text=s.text[:keep], draft_text=draft)
 
     def _count(self, record: StepRecord, phases: dict[str, float]) -> None:
         s = self.stats
@@ -228,8 +257,9 @@ class Request:
         if step.eos:
             self.finish = "stop"
         elif self.steps[-1].kind == "tool_call" and not call_closed(step.text, self.rules):
-            # a call without its closer: what follows would be made-up results
-            self.finish = "length" if self._spent() else "stop"
+            # a call without its closer: what follows would be made-up results; one the budget
+            # ended was cut by max_new_tokens or the window (maybe inside a character, trimmed)
+            self.finish = "length" if step.cut or self._spent() else "stop"
         elif self.steps[-1].kind == "tool_call" and not self.parallel_tool_calls:
             self.finish = "stop"
         elif any(stop in raw for stop in self.cfg.stop):

@@ -11,7 +11,7 @@ does (`/tokenize` on a probe string), so a server that serves another model or t
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import httpx
 
@@ -93,11 +93,15 @@ class ServedModel:
                                     "one of those names")
         self.model_name, self.name = model, f"{model}@{self.url}"
         window = served[model].get("max_model_len")
-        # transformers' "no limit" sentinel (about 1e30) is no window: ignore it, and non-ints
-        known = isinstance(window, int) and not isinstance(window, bool) and 0 < window < 10**9
+        if window is not None and not _sane_window(window) and window != 0:
+            raise RemoteTargetError(f"the server at {self.url} reports a context window "
+                                    f"(max_model_len) of {str(window)[:40]!r} for {model!r}, "
+                                    "not a number of tokens; is it vLLM? Restart it with "
+                                    "--max-model-len set to the model's window")
+        # not reported: the local tokenizer's limit (transformers' "no limit" sentinel, about
+        # 1e30, is none), else 0: no window known
         local = getattr(self.tokenizer, "model_max_length", 0)
-        local = local if isinstance(local, int) and 0 < local < 10**9 else 0
-        self.context_window = int(cast(int, window)) if known else local
+        self.context_window = int(window) if window else local if _sane_window(local) else 0
 
     def check_tokenizer(self) -> None:
         """Raise RemoteTargetError if the server tokenizes `PROBE` differently from the local
@@ -117,3 +121,8 @@ class ServedModel:
 
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+
+
+def _sane_window(value: object) -> bool:
+    """Whether `value` is a plausible context window: a whole number of tokens below 2**31."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31

@@ -154,7 +154,7 @@ class RemoteTarget(ServedModel):
         server's log-probabilities of their tokens, but no attention rows, hidden states or
         sampling probabilities."""
         self.catch_up(state)
-        texts = [StepText(self, spec.rules, spec.max_tokens, prior, spec.grace)
+        texts = [StepText(self, spec.rules, spec.max_tokens, prior, spec.grace, spec.call_tokens)
                  for _ in range(spec.k)]
         logprobs: list[list[float]] = [[] for _ in range(spec.k)]
         pending = list(range(spec.k))  # candidates whose step has not ended yet
@@ -164,15 +164,17 @@ class RemoteTarget(ServedModel):
                 check()
             n = len(pending) if first else 1
             done = texts[pending[0]].token_ids if not first else []
-            choices = self._generate(state.ids + done, n, spec, texts[pending[0]].room(),
-                                     generator, state)
+            asked = max(1, texts[pending[0]].room())
+            choices = self._generate(state.ids + done, n, spec, asked, generator, state)
             for i, (ids, lps, finished) in zip(pending[:n], choices, strict=True):
                 for tok, lp in zip(ids, lps, strict=True):
                     texts[i].add(tok)
                     logprobs[i].append(lp)
                     if texts[i].end is not None:
                         break
-                extending = len(texts[i].token_ids) >= spec.max_tokens  # to a whole character
+                # the server wrote all it was asked and the step may go on (to a whole
+                # character, or an open tool call's closer): ask again
+                extending = len(ids) >= asked and texts[i].room() > 0
                 if texts[i].end is None and (not ids or (finished and not extending)):
                     texts[i].end = "budget"  # the server ended without a step marker or EOS
             pending = [i for i in pending if texts[i].end is None]
@@ -213,7 +215,7 @@ class RemoteTarget(ServedModel):
         try:
             for choice in sorted(choices, key=lambda c: int(c["index"]))[:n]:
                 ids = [_token_id(t) for t in choice["logprobs"]["tokens"]]
-                lps = [float(x) for x in choice["logprobs"]["token_logprobs"]]
+                lps = [_logprob(x) for x in choice["logprobs"]["token_logprobs"]]
                 if len(lps) != len(ids):
                     raise ValueError(f"{len(lps)} log-probs for {len(ids)} tokens")
                 if any(not 0 <= i < self.vocab_size for i in ids):  # as `_fill` checks its rows
@@ -232,11 +234,20 @@ class RemoteTarget(ServedModel):
         ids = list(logprobs)
         if any(not 0 <= i < self.vocab_size for i in ids):
             raise ValueError(f"token id outside the vocabulary ({self.vocab_size})")
-        values = torch.tensor([float(v) for v in logprobs.values()]).nan_to_num(NEG).clamp(NEG, 0)
+        values = torch.tensor([_logprob(v) for v in logprobs.values()]).clamp(NEG, 0)
         row[torch.tensor(ids, dtype=torch.long)] = values
 
     def __repr__(self) -> str:
         return f"RemoteTarget({self.model_name!r} at {self.url})"
+
+
+def _logprob(value: Any) -> float:
+    """A log-probability the server reported, as a float; NaN or one above 0 (a probability
+    over 1, beyond rounding) is a ValueError. -inf (probability 0) is one."""
+    lp = float(value)
+    if not lp <= 1e-3:
+        raise ValueError(f"log-probability {lp} is not one")
+    return lp
 
 
 def _token_id(token: object) -> int:

@@ -73,11 +73,11 @@ def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
 def _arguments_as_dicts(messages: list[Message]) -> list[Message]:
     """Templates (Qwen, Llama) expect tool-call arguments as dicts; OpenAI messages carry JSON strings."""
     out = []
-    for m in messages:
+    for i, m in enumerate(messages):
         calls = m.get("tool_calls")
         if calls:
             fixed = []
-            for c in calls:
+            for j, c in enumerate(calls):
                 fn = dict(c.get("function", c))
                 if isinstance(fn.get("arguments"), str):
                     try:
@@ -85,6 +85,8 @@ def _arguments_as_dicts(messages: list[Message]) -> list[Message]:
                     except (ValueError, RecursionError):
                         raise InputError(f"tool call {quoted(fn.get('name'))} has arguments "
                                          "that are not JSON") from None
+                    # a JSON escape can spell a lone surrogate the string itself did not hold
+                    check_unicode(fn["arguments"], f"message {i}, tool call {j} (its arguments)")
                 fixed.append({**c, "type": "function", "function": fn})
             m = {**m, "tool_calls": fixed}
         if m.get("content") is None:

@@ -1,5 +1,7 @@
 """One step's tokens and text as they arrive, and where the step ends (`StepText`): at a step
-boundary of `steps.step_end`, at EOS, or at the token budget, always on a whole character.
+boundary of `steps.step_end`, at EOS, or at the token budget, always on a whole character. A step
+that opens a tool call is not cut by the step budget: it runs to its closer, or to the request's
+own limits (`call_tokens`: `max_new_tokens` left, the context window).
 
 Shared by everything that writes a step: the proposer (draft and target), the speculative
 fallback and a served target.
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from specguard_core.text.steps import StepRules, step_end
+from specguard_core.text.steps import StepRules, opens_call, step_end
 
 if TYPE_CHECKING:
     from specguard_core.cache.state import Target
@@ -29,12 +31,15 @@ class StepText:
     whole character: cut by the budget in the middle of one, it is trimmed back to the last whole
     character (`trim`); when that character is the step's first, the step instead goes on for up
     to `grace` more tokens to complete it (bytes that form no character by then are kept, their
-    text decoded with U+FFFD, so a step is never empty)."""
+    text decoded with U+FFFD, so a step is never empty). A step whose text opens a tool call
+    (`steps.opens_call`) may take up to `call_tokens` tokens instead of `max_tokens` (when more):
+    a call cut short is no call."""
 
     def __init__(self, handle: Target, rules: StepRules, max_tokens: int, prior: str = "",
-                 grace: int = 0) -> None:
+                 grace: int = 0, call_tokens: int = 0) -> None:
         self.handle, self.rules, self.max_tokens, self.prior = handle, rules, max_tokens, prior
-        self.grace = grace
+        self.grace, self.call_tokens = grace, call_tokens
+        self.in_call = opens_call(prior, rules)  # the step opens a tool call: `call_tokens` apply
         self.token_ids: list[int] = []
         self.text = ""
         self.end: EndReason | None = None
@@ -59,6 +64,9 @@ class StepText:
         """Add the next token: "fed" (it belongs to the step and must go through the model), "eos"
         (it ends the turn; never fed) or "before" (the step ended just before it; not added)."""
         if tok in self.handle.eos_ids:
+            if self.n_whole < len(self.token_ids):  # bytes of a character the model never ended
+                self.text += self.handle.decode(self.token_ids[self.n_whole:])  # U+FFFD, as
+                # a whole decode shows them
             self.token_ids.append(tok)
             self.end = "eos"
             return "eos"
@@ -71,6 +79,7 @@ class StepText:
         self.text = text
         if whole:
             self.n_whole = len(self.token_ids)
+            self.in_call = opens_call(self.prior + text, self.rules)
         if end is not None:
             self.end = "boundary"
         elif self.room() == 0:
@@ -79,10 +88,12 @@ class StepText:
 
     def room(self) -> int:
         """Tokens the step may still take: up to `max_tokens`, or up to `grace` past it while the
-        step has not one whole character."""
+        step has not one whole character, or up to `call_tokens` while it opens a tool call."""
         limit = self.max_tokens
         if not self.n_whole and len(self.token_ids) >= self.max_tokens > 0:
             limit += self.grace
+        if self.in_call:
+            limit = max(limit, self.call_tokens)
         return max(0, limit - len(self.token_ids))
 
     def trim(self) -> int:

@@ -138,6 +138,16 @@ def call_closed(text: str, rules: StepRules) -> bool:
     return bool(rules.tool_close) and str(rules.tool_close) in text
 
 
+def opens_call(text: str, rules: StepRules) -> bool:
+    """Whether `text` opens a tool call: it starts (after whitespace) with a tool-call opener, or
+    with a bare JSON call of an offered tool. Such a step ends where its call does (`step_end`),
+    so a step budget does not cut it."""
+    body = text.lstrip()
+    if rules.tool_open and rules.tool_close and body.startswith(rules.tool_open):
+        return True
+    return _offered_call(text, len(text) - len(body), rules.bare_calls)
+
+
 def is_bare_call(text: str, names: frozenset[str]) -> bool:
     """Whether `text` is one whole bare (or ```json-fenced) JSON call of a tool in `names`."""
     body = text.strip()

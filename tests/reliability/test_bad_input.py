@@ -156,6 +156,18 @@ def test_lone_surrogate_in_a_tool_is_a_clear_error(engine: SpecGuardEngine) -> N
         engine.generate("hi", tools=[tool])
 
 
+def test_a_lone_surrogate_escaped_in_prior_call_arguments_is_a_clear_error(
+        engine: SpecGuardEngine) -> None:
+    """The arguments string is valid Unicode; the JSON it holds decodes to a lone surrogate."""
+    history = [{"role": "user", "content": "Weather?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function", "function": {
+                       "name": "get_weather", "arguments": '{"city": "\\ud800"}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    with pytest.raises(InputError, match="message 1, tool call 0 .its arguments. contains"):
+        engine.generate(history, tools=[WEATHER])
+
+
 def test_multibyte_text_goes_through(engine: SpecGuardEngine) -> None:
     for text in ("天気はどう？", "emoji 🌧️ and ümlauts", "RTL שלום"):
         assert engine.generate(text).text == f"You said: {text}.\n\nThat is all."

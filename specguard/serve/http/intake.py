@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from fastapi import Request
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 
 from specguard.serve.api.protocol import ChatCompletionRequest, CompletionRequest
 from specguard.serve.api.untrusted import body_problem
@@ -45,10 +46,20 @@ def sent(request: Request) -> frozenset[str]:
 async def parse(settings: ServeSettings, model_name: str, request: Request,
                 model: type[Req]) -> Req:
     """The authorised request's body as `model`, checked against the operator's limits and the
-    served model's name."""
+    served model's name. The body is read on the event loop and decoded and validated on a
+    worker thread, so a large body never holds up other requests (`/health` included)."""
     authorise(settings, request)
+    raw = await request.body()
+    req, request.state.sent = await run_in_threadpool(_validated, settings, model_name, raw,
+                                                      model)
+    return req
+
+
+def _validated(settings: ServeSettings, model_name: str, raw: bytes,
+               model: type[Req]) -> tuple[Req, frozenset[str]]:
+    """`raw` as `model` (an APIError for anything wrong with it), and the strings it holds."""
     try:
-        body = json.loads(await request.body())
+        body = json.loads(raw)
     except UnicodeDecodeError:
         raise APIError(400, "the request body is not UTF-8 text") from None
     except RecursionError:
@@ -62,7 +73,7 @@ async def parse(settings: ServeSettings, model_name: str, request: Request,
         raise APIError(400, "the request body must be a JSON object")
     if problem := body_problem(body):
         raise APIError(400, problem[0], param=problem[1])
-    request.state.sent = client_strings(body)
+    sent = client_strings(body)
     try:
         req: Req = model.model_validate(body)
     except ValidationError as err:
@@ -74,4 +85,4 @@ async def parse(settings: ServeSettings, model_name: str, request: Request,
         raise APIError(404, f"the model named in the request does not exist; this server "
                        f"serves {model_name!r} (GET /v1/models)", "not_found_error", "model",
                        "model_not_found")
-    return req
+    return req, sent

@@ -38,6 +38,11 @@ class ServeSettings:
     # slow readers, all streams together; past it the stream with the most unread is ended
 
     def __post_init__(self) -> None:
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("the API key is empty or blank, which any client can send (and a "
+                             "web page rebinding its DNS name to this server would get in); "
+                             "set a real key, or none (then only loopback Host names are "
+                             "answered)")
         if self.max_concurrent < 1 or self.max_queue < 0:
             raise ValueError("max_concurrent must be >= 1 and max_queue >= 0")
         if not 0 <= self.sse_keepalive_s < float("inf") or self.max_stream_buffer_bytes < 1:

@@ -2,9 +2,9 @@
 `Request` that the engine's steps run on.
 
 The timeout, the per-request configuration (a served target refuses what it cannot do), the
-verifier it names, the response format, the messages, the tools and the tool choice, and each
-model's prompt against its context window: every bad input is an `InputError` that says what to
-do, raised before any model runs.
+verifier it names (a card loaded and checked against its model: a `CardError`), the response
+format, the messages, the tools and the tool choice, and each model's prompt against its context
+window: every bad input is an `InputError` that says what to do, raised before any model runs.
 """
 
 from __future__ import annotations
@@ -58,10 +58,11 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
         raise InputError(str(err)) from None
     messages = normalise_messages(messages_or_prompt)
     checked, required = offered_tools(tools, tool_choice)
+    plan = pair.judge.plan(cfg, bool(checked))  # a verifier card is loaded whole and checked here
     prompts = [_prompt(h, messages, checked, chat_template_kwargs)
                for h in (pair.draft, pair.target)]
     req = Request(
-        cfg=cfg, tools=checked, required=required, plan=pair.judge.plan(cfg, bool(checked)),
+        cfg=cfg, tools=checked, required=required, plan=plan,
         rules=StepRules.for_tokenizer(pair.target.tokenizer, cfg.step_delimiters)
         .with_tools(() if fmt else [t["function"]["name"] for t in checked]),
         draft=pair.draft.new_state(), target=pair.target.new_state(),

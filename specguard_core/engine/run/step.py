@@ -156,7 +156,7 @@ def _keep(pair: Pair, req: Request, drafted: Drafted, tpass: TentativePass | Non
     return Step(cand.token_ids, cand.text, "draft", cand.end == "eos", len(proposal.candidates),
                 verdict.tool_call, path=path, kind=drafted.kind,
                 draft_written=len(cand.token_ids), draft_generated=generated(proposal),
-                token_logprobs=list(cand.logprobs))
+                token_logprobs=list(cand.logprobs), cut=cand.end == "budget")
 
 
 def _fall_back(pair: Pair, req: Request, drafted: Drafted, selector: Selector,

@@ -16,7 +16,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -26,8 +26,14 @@ from specguard_core.config import NormBounds
 from specguard_core.engine.verify.bounds import shipped_bounds
 from specguard_core.engine.verify.fingerprint import Fingerprint, fingerprint
 
-__all__ = ["CardError", "Cards", "Fingerprint", "Probe", "VerifierCard", "fingerprint",
+__all__ = ["SCALARS", "CardError", "Cards", "Fingerprint", "Probe", "VerifierCard", "fingerprint",
            "load_probe", "shipped_card", "shipped_card_for"]
+
+SCALARS = ("confidence", "grounding", "mean_logprob", "n_tokens")  # what a step's scoring computes
+# the largest size of a card's mean, bias and weight over scale: a probe trained on standardised
+# features is far below it, and past it w . x overflows to inf (and inf - inf to a NaN score)
+LIMIT = 1e12
+
 
 class CardError(ValueError):
     """A verifier card that cannot be used here; the message says why and what to do."""
@@ -39,8 +45,8 @@ class VerifierCard(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: str = "logistic-probe"
-    version: int = 1
+    kind: Literal["logistic-probe"] = "logistic-probe"
+    version: Literal[1] = 1
     model: Fingerprint
     pooling: str = "mean"
     features: list[str] = Field(min_length=1)
@@ -49,33 +55,47 @@ class VerifierCard(BaseModel):
     weights: list[float]
     bias: float
     cv: dict[str, Any] = Field(default_factory=dict)  # cross-validated AUROC etc. (informational)
-    threshold: float | None = None  # decision threshold chosen for `threshold_precision`
-    threshold_precision: float | None = None
+    threshold: float | None = Field(None, ge=0, le=1)  # chosen for `threshold_precision`
+    threshold_precision: float | None = Field(None, ge=0, le=1)
     training: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _shapes(self) -> VerifierCard:
         if self.pooling != "mean":
             raise ValueError(f"pooling {self.pooling!r} is not available while generating; use 'mean'")
+        for f in self.features:
+            self._check_feature(f)
+        if len(set(self.features)) != len(self.features):
+            raise ValueError("a feature is listed twice")
         if not len(self.mean) == len(self.scale) == len(self.weights):
             raise ValueError(f"mean ({len(self.mean)}), scale ({len(self.scale)}) and weights "
                              f"({len(self.weights)}) must have the same length")
         if len(self.weights) != self.width():
             raise ValueError(f"weights has {len(self.weights)} entries but the features need "
                              f"{self.width()}")
-        if any(s <= 0 for s in self.scale):
-            raise ValueError("every scale must be > 0")
         numbers = [*self.mean, *self.scale, *self.weights, self.bias]
         if not all(math.isfinite(x) for x in numbers):  # a NaN score is neither kept nor rejected
             raise ValueError("mean, scale, weights and bias must be finite numbers (no NaN or "
                              "infinity); retrain the card with `specguard verifier-train`")
-        hidden = [f for f in self.features if f.startswith("hidden:")]
-        for f in hidden:
-            layer = f.split(":", 1)[1]
-            if not layer.isdigit() or int(layer) > self.model.num_layers:
-                raise ValueError(f"feature {f!r} names no layer of a {self.model.num_layers}-layer "
-                                 "model (hidden:0 .. hidden:N)")
+        if any(s <= 0 for s in self.scale):
+            raise ValueError("every scale must be > 0")
+        if max(abs(self.bias), *map(abs, self.mean),
+               *(abs(w) / s for w, s in zip(self.weights, self.scale, strict=True))) > LIMIT:
+            raise ValueError(f"mean, bias or a weight over its scale is larger than {LIMIT:g}, "
+                             "so scores would overflow; retrain the card with `specguard "
+                             "verifier-train`")
         return self
+
+    def _check_feature(self, feature: str) -> None:
+        """A feature the engine computes: `hidden:<layer>` of the card's model, or a scalar."""
+        if feature.startswith("hidden:"):
+            layer = feature.split(":", 1)[1]
+            if not layer.isdigit() or int(layer) > self.model.num_layers:
+                raise ValueError(f"feature {feature[:40]!r} names no layer of a "
+                                 f"{self.model.num_layers}-layer model (hidden:0 .. hidden:N)")
+        elif feature not in SCALARS:
+            raise ValueError(f"feature {feature[:40]!r} is neither hidden:<layer> nor a scalar "
+                             f"the engine computes ({', '.join(SCALARS)})")
 
     def hidden_layers(self) -> tuple[int, ...]:
         """Layers whose pooled hidden state the probe reads (what the proposer must pool)."""
@@ -92,13 +112,18 @@ class VerifierCard(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> VerifierCard:
+        """The card in the JSON file `path`, checked whole: anything wrong with it (missing,
+        unreadable, not UTF-8 JSON, any field) is one CardError that says what."""
         try:
-            text = Path(path).read_text()
+            data = Path(path).read_bytes()
         except FileNotFoundError:
             raise CardError(f"verifier card {path} not found; pass verifier='paper' or a card from "
                             "`specguard verifier-train`") from None
+        except OSError as err:
+            raise CardError(f"verifier card {path} cannot be read ({err.strerror or err}); pass "
+                            "the path of a card file") from None
         try:
-            return cls.model_validate_json(text)
+            return cls.model_validate_json(data)
         except ValidationError as err:  # one line: where and what, never pydantic's dump
             why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'card'}: "
                             f"{e['msg'].removeprefix('Value error, ')}" for e in err.errors())

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 # config keys that do not change what the hidden states mean
 _VOLATILE = {"_name_or_path", "torch_dtype", "dtype", "transformers_version", "_attn_implementation",
@@ -47,9 +47,9 @@ class Fingerprint(BaseModel):
 
     name: str
     config_sha256: str
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
+    vocab_size: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    num_layers: int = Field(ge=1)
     weights_sha256: str | None = None  # `weights_digest` (None: not recorded)
 
     def mismatch(self, other: Fingerprint) -> list[str]:

@@ -143,6 +143,19 @@ def test_stop_string_cuts_text_and_stream(base: str, stop: Any, text: str) -> No
     assert all("Then" not in d for d in deltas) or stop == ["multiply"]
 
 
+@pytest.mark.parametrize(("stop", "text"), [
+    (["multiply"], "First, add 3 and 4 to get 7.\n\nThen"),
+    ("7.\n\nThen", "First, add 3 and 4 to get"),
+])
+def test_nothing_after_a_stop_string_is_in_the_trace(base: str, stop: Any, text: str) -> None:
+    steps = chat(base, stop=stop).json()["specguard"]["steps"]
+    assert "".join(s["text"] for s in steps).strip() == text
+    assert all("by 6" not in s["text"] + (s["draft_text"] or "") for s in steps)
+    events = stream_events(base, messages=[{"role": "user", "content": "q"}], stop=stop)
+    streamed = [c["specguard"]["step"] for c in events[:-1] if "step" in c.get("specguard", {})]
+    assert streamed and all("by 6" not in s["text"] for s in streamed)
+
+
 def test_tool_call_in_openai_format(base: str) -> None:
     r = chat(base, tools=[WEATHER], messages=[{"role": "user", "content": "Weather in Paris?"}])
     choice = r.json()["choices"][0]

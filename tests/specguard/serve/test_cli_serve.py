@@ -186,6 +186,16 @@ def test_the_api_key_from_a_file_or_the_environment(monkeypatch: pytest.MonkeyPa
         main(["serve", "--api-key", "a", "--api-key-file", str(key_file)])
 
 
+def test_a_blank_api_key_flag_or_variable_is_an_error(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("SPECGUARD_API_KEY", raising=False)
+    assert main(["serve", "--port", "0", "--api-key", "  "]) == 2
+    assert "empty or blank" in capsys.readouterr().err
+    monkeypatch.setenv("SPECGUARD_API_KEY", " \t")
+    assert main(["serve", "--port", "0"]) == 2
+    assert "empty or blank" in capsys.readouterr().err
+
+
 def test_the_limits_on_requests_come_from_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     default = served_settings(monkeypatch, [])

@@ -113,7 +113,7 @@ def test_load_file_reads_gsm8k_and_math_rows(tmp_path: Any) -> None:
     assert [p.uid for p in load_file(path, n=1, offset=1)] == ["mine/1"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "no answer"}\n')
-    with pytest.raises(ValueError, match="problem 0 needs"):
+    with pytest.raises(ValueError, match="bad.jsonl:1: a problem needs"):
         load_file(bad)
     with pytest.raises(ValueError, match="does not exist"):
         load_file(tmp_path / "missing.jsonl")

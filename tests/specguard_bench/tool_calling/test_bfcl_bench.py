@@ -132,6 +132,36 @@ def test_a_dataset_file_with_a_bad_line_runs_the_rest(engine: Any, tmp_path: Pat
     assert "unknown BFCL categories" in capsys.readouterr().err
 
 
+def test_a_file_with_no_usable_task_or_a_damaged_row_is_an_error(
+        engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing to run is an error, not an empty report with exit status 0; so is a file that
+    is not UTF-8, and a stored row of the wrong shape: each one `error:` line naming the line."""
+    monkeypatch.setattr(engines, "load_engine", lambda *a, **k: engine)
+    path, out = tmp_path / "mine.jsonl", tmp_path / "run"
+    argv = ["bench", "--suite", "bfcl", "--dataset-file", str(path), "--methods", "target",
+            "--out", str(out), "--no-progress", "--no-warmup"]
+
+    def error() -> str:
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), lines
+        return lines[0]
+
+    path.write_text('{"id": "x_0", "question": "nope"}\nnot json\n')
+    assert main(argv) == 2
+    assert error().startswith(f"error: {path}:1 (x_0): function: missing (and 1 more lines)")
+    assert not (out / RESULTS).exists()
+    path.write_bytes(b'{"id": "caf\xe9"}\n')
+    assert main(argv) == 2 and f"{path}:1: not UTF-8 text" in error()
+    src = Path(__file__).parents[3] / "specguard_bench" / "data" / "bfcl" / "simple_python.jsonl"
+    path.write_text(src.read_text().splitlines()[0] + "\n")
+    assert main(argv) == 0
+    row = json.loads((out / RESULTS).read_text())
+    (out / RESULTS).write_text(json.dumps({**row, "calls": "none"}) + "\n")
+    capsys.readouterr()
+    assert main(argv) == 2 and "results.jsonl:1: calls: Input should be a valid list" in error()
+
+
 def test_baselines_generate_with_tools_on_a_real_pair(bench_pair_dirs: tuple[Path, Path]) -> None:
     draft, target = bench_pair_dirs
     pair = load_engine(PairSettings(draft=str(draft), target=str(target), device="cpu",

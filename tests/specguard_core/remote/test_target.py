@@ -4,6 +4,7 @@ pass, and clear errors for an unreachable, slow, erroring or mismatched server."
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from fastapi.responses import Response
 
 from specguard_core import EngineConfig, SpecGuardConfig, SpecGuardEngine
 from specguard_core.cache.handle import ModelHandle
@@ -310,12 +312,56 @@ def test_from_pretrained_with_a_target_url(
                                             target_tokenizer="./nowhere", progress=False)
 
 
-@pytest.mark.parametrize("window", [10**30, "512", True])
-def test_a_sentinel_or_odd_max_model_len_is_no_window(tiny_pair: Any, window: Any) -> None:
+@pytest.mark.parametrize("window", [None, 0])
+def test_no_max_model_len_is_no_window(tiny_pair: Any, window: Any) -> None:
+    """A server that does not report its window leaves the local tokenizer's limit, else none:
+    requests run (a window of 0 is no window, not no room)."""
     fake = FakeVLLM(tiny_pair[2], tiny_pair[3], name="tiny-target", max_model_len=window)
+    fake._problem = lambda body: None  # type: ignore[method-assign]  # it takes any length
     with live_server(fake.app()) as base:
         target = RemoteTarget.connect(f"{base}/v1", "tiny-target", tiny_pair[3])
-    assert target.context_window < 10**9  # the tokenizer's own limit, or 0 (none known)
+        assert target.context_window == 0
+        engine = SpecGuardEngine(tiny_pair[0], tiny_pair[1], target, config=GREEDY)
+        result = engine.generate(QUESTION, tau=math.inf)
+    assert result.usage.completion_tokens == GREEDY.max_new_tokens
+
+
+@pytest.mark.parametrize("window", [10**30, 2**40, -5, "512", True, 3.5])
+def test_an_absurd_max_model_len_is_refused(tiny_pair: Any, window: Any) -> None:
+    fake = FakeVLLM(tiny_pair[2], tiny_pair[3], name="tiny-target", max_model_len=window)
+    with live_server(fake.app()) as base, pytest.raises(RemoteTargetError) as err:
+        RemoteTarget.connect(f"{base}/v1", "tiny-target", tiny_pair[3])
+    assert base in str(err.value) and "max_model_len" in str(err.value)
+
+
+@pytest.mark.parametrize(("where", "value"), [("token", math.nan), ("token", 3.0),
+                                              ("top", math.nan), ("prompt", math.nan)])
+def test_nan_log_probabilities_are_a_clear_error(
+        tiny_pair: Any, tiny_server: tuple[FakeVLLM, str], monkeypatch: pytest.MonkeyPatch,
+        where: str, value: float) -> None:
+    """A pass's rows (`prompt_logprobs`, `top_logprobs`) and a written step's token log-probs
+    are the server's output: NaN, or a log-probability above 0, is refused, naming the server."""
+    fake, url = tiny_server
+    _, remote = _engines(tiny_pair, url)
+    real = fake._complete
+
+    def broken(body: dict[str, Any]) -> Response:
+        answer = real(body)
+        for choice in answer["choices"]:
+            if where == "token":
+                choice["logprobs"]["token_logprobs"][0] = value
+            elif where == "top":
+                top = choice["logprobs"]["top_logprobs"][0]
+                top[next(iter(top))] = value
+            elif choice["prompt_logprobs"]:
+                row = choice["prompt_logprobs"][-1]
+                row[next(iter(row))]["logprob"] = value
+        return Response(json.dumps(answer), media_type="application/json")  # NaN as vLLM sends
+
+    monkeypatch.setattr(fake, "_complete", broken)
+    fallback = "greedy" if where == "token" else "speculative"
+    with pytest.raises(RemoteTargetError, match=f"{url}.*not one"):
+        remote.generate(QUESTION, tau=math.inf, fallback=fallback)
 
 
 def test_served_ids_outside_the_vocabulary_are_a_clear_error(
@@ -332,3 +378,22 @@ def test_served_ids_outside_the_vocabulary_are_a_clear_error(
     monkeypatch.setattr(fake, "_choice", far_ids)
     with pytest.raises(RemoteTargetError, match="outside the vocabulary"):
         remote.generate(QUESTION, tau=math.inf, fallback="greedy")
+
+
+def test_a_served_target_writes_a_call_longer_than_the_step_budget(tmp_path: Path) -> None:
+    """The server writes the step in calls of what the step may still take: past
+    `max_step_tokens` while a tool call is open, up to its closer."""
+    city = "Paris " * 40
+    body = json.dumps({"name": "get_weather", "arguments": {"city": city}})
+    call = f"<tool_call>\n{body}\n</tool_call>"
+    tok = build_tokenizer(tmp_path)
+    target = ScriptedLM(tok, lambda p: call, layers=4, name="scripted-target")
+    draft = ScriptedLM(tok, lambda p: "No call.", name="scripted-draft")
+    fake = FakeVLLM(target, tok, name="scripted-target", max_model_len=2048)
+    with live_server(fake.app()) as base:
+        engine = SpecGuardEngine(draft, tok, RemoteTarget.connect(f"{base}/v1", None, tok),
+                                 config=SpecGuardConfig(k=1, temperature=0.0, max_new_tokens=600,
+                                                        max_step_tokens=16, fallback="greedy"))
+        result = engine.generate("Weather?", tools=[WEATHER], tau=math.inf)
+    assert [c.arguments for c in result.tool_calls] == [{"city": city}]
+    assert result.steps[0].text == call and result.finish_reason == "tool_calls"

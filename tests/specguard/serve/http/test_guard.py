@@ -60,6 +60,14 @@ def test_with_a_key_any_host_or_the_allowed_ones(engine: SpecGuardEngine) -> Non
         assert error_of(post(url, headers={**auth, "Host": "gpu-box.lan"}), 400)
 
 
+@pytest.mark.parametrize("key", ["", "   ", "\t\n"])
+def test_an_empty_or_blank_api_key_is_refused(key: str) -> None:
+    """Such a key would let any Host in (a page rebinding its DNS name to this server too) and
+    any client that sends it: refused when the server is configured."""
+    with pytest.raises(ValueError, match="empty or blank"):
+        ServeSettings(api_key=key)
+
+
 def test_a_foreign_origin_is_refused(base: str, engine: SpecGuardEngine) -> None:
     port = base.rsplit(":", 1)[1]
     for origin in ("http://evil.example", "null", f"http://localhost:{int(port) + 1}"):

@@ -206,8 +206,14 @@ def test_a_registered_verifier_is_one_class_and_one_call(tiny_pair: Any) -> None
         registry.register("auto", Short)
 
 
-@pytest.mark.parametrize("change", [{"bias": float("nan")}, {"bias": float("inf")},
-                                    {"features": ["hidden:999"]}])
+@pytest.mark.parametrize("change", [
+    {"bias": float("nan")}, {"bias": float("inf")}, {"features": ["hidden:999"]},
+    {"features": ["surprise"]}, {"weights": [1e300]}, {"scale": [1e-300]}, {"mean": [-1e13]},
+    {"bias": 1e200}, {"kind": "svm"}, {"version": 2}, {"threshold": 1.5},
+    {"features": ["hidden:1", "hidden:1"], "mean": [0.0] * 2, "scale": [1.0] * 2,
+     "weights": [1.0] * 2},
+    {"model": {"name": "m", "config_sha256": "x", "vocab_size": 10, "hidden_size": 0,
+               "num_layers": 2}, "features": ["confidence"]}])
 def test_a_card_with_numbers_or_layers_it_cannot_use_is_refused(tmp_path: Path, change: Any) -> None:
     from specguard_core.engine.verify.cards import CardError, VerifierCard, load_probe
 
@@ -221,3 +227,27 @@ def test_a_card_with_numbers_or_layers_it_cannot_use_is_refused(tmp_path: Path, 
     with pytest.raises(CardError) as err:
         load_probe(path)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe{}", b"", b"[1, 2]", None])
+def test_an_unreadable_card_file_is_one_card_error(tmp_path: Path, content: bytes | None) -> None:
+    path = tmp_path / "card.json"
+    path.mkdir() if content is None else path.write_bytes(content)
+    with pytest.raises(CardError, match=str(path)) as err:
+        load_probe(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_bad_card_is_refused_when_the_request_opens(tiny_pair: tuple[Any, ...],
+                                                      tmp_path: Path) -> None:
+    """A card that could only fail while scoring (a scalar the engine does not compute, weights
+    that overflow) is refused by `stream()` itself, before the stream is read."""
+    engine = SpecGuardEngine(*tiny_pair)
+    card = card_for(tiny_pair[0], tiny_pair[1]).model_dump()
+    for change in ({"features": ["hidden:1", "surprise"]},
+                   {"weights": [1e300, -1e300] + card["weights"][2:]}):
+        path = tmp_path / "card.json"
+        path.write_text(json.dumps({**card, **change}))
+        os.utime(path, ns=(1, len(str(change))))  # another version of the file
+        with pytest.raises(CardError, match="not a valid verifier card"):  # no step ran
+            engine.stream("2 + 3?", verifier=str(path), max_new_tokens=4)
