@@ -264,7 +264,8 @@ class SpecGuardEngine:
         transformers models (its padded forwards are theirs)."""
         if not isinstance(model, CachedModel | Target):
             return self._handle(model, tokenizer)
-        if self.batcher is not None and not isinstance(model, BatchingHandle):
+        if self.batcher is not None and isinstance(model, CachedModel) \
+                and model.backend != "transformers":
             raise InputError(f"EngineConfig(batching=True) batches transformers models' forwards; "
                              f"{model.name} ({type(model).__name__}) takes its requests' steps in "
                              "turns: drop batching")

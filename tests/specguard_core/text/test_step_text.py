@@ -39,7 +39,8 @@ def test_a_character_cut_by_eos_shows_as_replacement(tmp_path: Path, fallback: s
     engine = SpecGuardEngine(TokenScript(tok, script), tok, TokenScript(tok, script, layers=4),
                              tok, config=SpecGuardConfig(k=1, temperature=0.0, beta=1.0,
                                                          fallback=fallback))
-    result = engine.generate("Go", route=route, tau=float("inf") if route == "score" else 0.7)
+    result = engine.generate("Go", route=route, **({"tau": float("inf")} if route == "score"
+                                                   else {}))
     assert result.finish_reason == "stop"
     assert result.raw_text == tok.decode(script) == "Hi \ufffd"
     assert [t for s in result.steps for t in s.token_ids][:-1] == script
