@@ -66,8 +66,9 @@ class Judge:
                           self.capture_layers(self.draft, cfg), cfg.sparsify_threshold,
                           hidden=cfg.k > 1 and selector.mode == "hidden",
                           pool_layers=self.pool_layers(self.draft, cfg)
-                          if cfg.scoring_model == "draft" else (), shaping=req.shaping,
-                          grace=req.grace(), lookahead=cfg.draft_lookahead)
+                          if cfg.scoring_model == "draft" else (), shaping=req.draft_shaping,
+                          grace=req.grace(), lookahead=cfg.draft_lookahead,
+                          top_logprobs=req.top_logprobs)
 
     def score(self, req: Request, cand: Candidate, kind: StepKind
               ) -> tuple[Verdict, TentativePass | None]:
