@@ -215,7 +215,8 @@ class SpecGuardEngine:
                            reading=Reading(continue_final_message, top_logprobs,
                                            prompt_logprobs))
         holder: dict[str, GenerationResult] = {}
-        return GenerationStream(self._session(req, holder), holder, req.cancel)
+        return GenerationStream(self._session(req, holder), holder, req.cancel,
+                                lambda: req.prompt_scores)
 
     def calibrate(self, prompts: Sequence[str | Sequence[Message]], low_q: float = 1.0,
                   high_q: float = 99.0, path: str | None = None, *,

@@ -13,7 +13,7 @@ import secrets
 from typing import TypeVar
 
 from fastapi import Request
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from specguard.serve.api.protocol import ChatCompletionRequest, CompletionRequest
 from specguard.serve.api.untrusted import body_problem
@@ -22,6 +22,7 @@ from specguard.serve.http.settings import ServeSettings
 from specguard.serve.http.slots import APIError
 
 Req = TypeVar("Req", ChatCompletionRequest, CompletionRequest)
+Body = TypeVar("Body", bound=BaseModel)
 
 
 def authorise(settings: ServeSettings, request: Request) -> None:
@@ -46,6 +47,23 @@ async def parse(settings: ServeSettings, model_name: str, request: Request,
                 model: type[Req]) -> Req:
     """The authorised request's body as `model`, checked against the operator's limits and the
     served model's name."""
+    req: Req = await parse_body(settings, request, model)
+    for param, why in [*req.unsupported(), *req.problems(settings.limits)]:
+        raise APIError(400, why, param=param, code="unsupported_parameter")
+    check_model(req.model, model_name)
+    return req
+
+
+def check_model(name: str | None, model_name: str) -> None:
+    """A 404 unless `name` is the served model's (None: not named, as /tokenize allows)."""
+    if name is not None and name != model_name:
+        raise APIError(404, f"the model named in the request does not exist; this server "
+                       f"serves {model_name!r} (GET /v1/models)", "not_found_error", "model",
+                       "model_not_found")
+
+
+async def parse_body(settings: ServeSettings, request: Request, model: type[Body]) -> Body:
+    """The authorised request's body, decoded and validated as `model`."""
     authorise(settings, request)
     try:
         body = json.loads(await request.body())
@@ -64,14 +82,7 @@ async def parse(settings: ServeSettings, model_name: str, request: Request,
         raise APIError(400, problem[0], param=problem[1])
     request.state.sent = client_strings(body)
     try:
-        req: Req = model.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as err:
         message, param = validation_message(err)
         raise APIError(400, message, param=param) from None
-    for param, why in [*req.unsupported(), *req.problems(settings.limits)]:
-        raise APIError(400, why, param=param, code="unsupported_parameter")
-    if req.model != model_name:
-        raise APIError(404, f"the model named in the request does not exist; this server "
-                       f"serves {model_name!r} (GET /v1/models)", "not_found_error", "model",
-                       "model_not_found")
-    return req
