@@ -123,10 +123,10 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
                                   "continue_final_message": req.continuation(),
                                   "top_logprobs": (req.top_logprobs or 0) if req.logprobs else 0}
         try:  # vLLM's echo: the reply starts with the assistant message it continues
-            echo = str(messages[-1]["content"]) if req.echo and continues(
-                messages, req.continuation()) else ""
+            continued = continues(messages, req.continuation())
         except InputError as err:
             raise APIError(400, str(err), param="continue_final_message") from None
+        echo = str(messages[-1]["content"]) if req.echo and continued else ""
         if req.chat_template_kwargs:
             kwargs["chat_template_kwargs"] = req.chat_template_kwargs
         if req.parallel_tool_calls is False:  # the reply ends with its first call
@@ -151,8 +151,13 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
         prompts = [RawPrompt(p, None, special) if isinstance(p, str) else
                    RawPrompt(None, tuple(p), special) for p in req.prompts()]
         scored = "only" if req.max_tokens == 0 else bool(req.echo and req.logprobs is not None)
-        lease = await gen.open(request, prompts, cfgs, prompt_logprobs=scored,
-                               top_logprobs=req.logprobs or 0)
+        try:
+            lease = await gen.open(request, prompts, cfgs, prompt_logprobs=scored,
+                                   top_logprobs=req.logprobs or 0)
+        except APIError as err:  # the engine's errors about "the prompt" are about `prompt` here
+            if err.body["error"]["param"] == "messages":
+                err.body["error"]["param"] = "prompt"
+            raise
         texts = tuple(p.text if p.text is not None else engine.target.decode(list(p.token_ids or
                                                                                    ()))
                       for p in prompts)

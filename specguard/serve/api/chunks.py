@@ -66,7 +66,8 @@ class StepDeltas:
             if kind == "answer":
                 out.append(text[:max(0, end - pos)])
             pos += len(text)
-        return "".join(out).strip()
+        text = "".join(out)  # kept as written right before a stop string, as the result keeps it
+        return text.lstrip() if self._stop_at(self.raw) is not None else text.strip()
 
     def _send(self, text: str) -> dict[str, Any]:
         if not text.startswith(self.sent):  # cannot happen: settled text only grows
