@@ -23,7 +23,8 @@ from specguard_core.engine.aio import iterate_in_thread
 from specguard_core.engine.loop import GenerationStream
 from specguard_core.text.chat import check_template_kwargs
 from specguard_core.text.formats import with_instruction
-from specguard_core.types import StepRecord
+from specguard_core.text.logprobs import Decode, answer_logprobs
+from specguard_core.types import StepSource
 from specguard_integrations.common import base_config, knob_overrides, request_config
 from specguard_integrations.fields import KNOBS
 from specguard_integrations.langchain.convert import (
@@ -38,14 +39,14 @@ from specguard_integrations.langchain.engine import EngineOwner
 
 # the per-call keywords besides SpecGuardConfig fields (named in the unknown-keyword error)
 CALL_KEYS = {"tools", "tool_choice", "response_format", "parallel_tool_calls", "model",
-             "max_tokens", "stop", "logprobs", "chat_template_kwargs"}
+             "max_tokens", "stop", "logprobs", "top_logprobs", "chat_template_kwargs"}
 
 
 class Run:
     """One generation: opens the engine stream, yields translated chunks, always closes it."""
 
     def __init__(self, start: Callable[[], tuple[GenerationStream, tuple[str, ...]]],
-                 decode: Callable[[StepRecord, int], tuple[str, bytes] | None] | None = None) -> None:
+                 decode: Decode | None = None) -> None:
         self._start, self._decode = start, decode
         self.stream: GenerationStream | None = None
         self.result: GenerationResult | None = None
@@ -61,7 +62,7 @@ class Run:
             last = final_chunk(stream.result)
             if self._decode is not None:  # asked for logprobs: ChatOpenAI's metadata shape
                 last.response_metadata["logprobs"] = {
-                    "content": stream.result.answer_logprobs(self._decode), "refusal": None}
+                    "content": answer_logprobs(stream.result, self._decode), "refusal": None}
             yield ChatGenerationChunk(message=last)
         finally:
             stream.close()
@@ -90,6 +91,7 @@ class Calls(EngineOwner):
     if TYPE_CHECKING:  # fields of ChatSpecGuard
         overrides: dict[str, Any]
         logprobs: bool | None
+        top_logprobs: int | None
         timeout: float | None
 
     def _config(self, engine: SpecGuardEngine | None, call: dict[str, Any],
@@ -121,9 +123,11 @@ class Calls(EngineOwner):
         requested = call.pop("model", None)
         logprobs = call.pop("logprobs", None)
         logprobs = self.logprobs if logprobs is None else logprobs
+        top = call.pop("top_logprobs", None)
+        top = (self.top_logprobs if top is None else top) if logprobs else 0
         template = {**check_template_kwargs(self.chat_template_kwargs),
                     **check_template_kwargs(call.pop("chat_template_kwargs", None))}
-        rendering = {"chat_template_kwargs": template} if template else {}
+        rendering: dict[str, Any] = {"chat_template_kwargs": template} if template else {}
         self._config(self.injected_engine, call, stop)  # bad keywords fail before any loading
         converted = [to_engine_message(m) for m in messages]
         if response_format:
@@ -136,11 +140,12 @@ class Calls(EngineOwner):
             stream = engine.stream(converted, tools=tools, tool_choice=choice,
                                    response_format=response_format, config=cfg,
                                    timeout=self.timeout, parallel_tool_calls=parallel is not False,
-                                   **rendering)
+                                   top_logprobs=top or 0, **rendering)
             return stream, cfg.stop
 
-        decode = (lambda step, token: self.engine.token_text(step, token)) if logprobs else None
-        return Run(start, decode=decode)
+        def decode(source: StepSource, token: int, eos: bool) -> tuple[str, bytes] | None:
+            return self.engine.token_text(source, token, eos)
+        return Run(start, decode=decode if logprobs else None)
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,
