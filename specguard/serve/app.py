@@ -53,7 +53,7 @@ KNOWN = ("/v1/responses", "/v1/embeddings", "/v1/audio", "/v1/images", "/v1/mode
          "/v1/vector_stores", "/v1/uploads", "/v1/realtime", "/v1/conversations", "/v1/rerank",
          "/v1/score", "/v1/tokenize", "/v1/detokenize", "/pooling", "/classify", "/rerank",
          "/score", "/v1/messages")
-RESPONSES = ("; the Responses API is not served (docs/decisions/0016-no-responses-api.md): "
+RESPONSES = ("; the Responses API is not served (docs/decisions/no-responses-api.md): "
              "use /v1/chat/completions")
 
 
