@@ -17,8 +17,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
-from openai.types import Completion
 from fastapi.responses import JSONResponse, Response
+from openai.types import Completion
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 

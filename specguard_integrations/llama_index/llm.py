@@ -225,4 +225,5 @@ class SpecGuardLLM(ToolCalls, ChatCalls, LoaderFields, _LLMFields):
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
                                ) -> CompletionResponseAsyncGen:
-        return await astream_chat_to_completion_decorator(self._astream_chat)(prompt, formatted=formatted, **kwargs)
+        return await astream_chat_to_completion_decorator(self._astream_chat)(
+            prompt, formatted=formatted, **kwargs)
