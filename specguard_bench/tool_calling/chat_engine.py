@@ -91,9 +91,11 @@ class MethodEngine(SpecGuardEngine):
         if self.turn_limit is not None and len(self.streams) >= self.turn_limit:
             raise TurnLimitReached(f"turn limit of {self.turn_limit} model turns reached")
         if self.method in BASELINES:
-            if isinstance(messages_or_prompt, RawPrompt):
-                raise InputError(f"the {self.method} baseline renders chats only, not a raw "
-                                 "prompt")
+            reading = {k: overrides.pop(k) for k in ("continue_final_message", "top_logprobs",
+                                                     "prompt_logprobs") if k in overrides}
+            if isinstance(messages_or_prompt, RawPrompt) or any(reading.values()):
+                raise InputError(f"the {self.method} baseline writes chat turns with plain "
+                                 "generate: no raw prompt, prefill or log-probability options")
             stream = self._plain(messages_or_prompt, tools, tool_choice, response_format,
                                  (config or self.config).merged(**overrides), timeout,
                                  parallel_tool_calls)
