@@ -14,18 +14,19 @@ from specguard.serve.api.completions import logprobs_object
 from specguard_core.text.logprobs import RunTokens, TokenEntry, prompt_tokens
 
 if TYPE_CHECKING:
-    from specguard.serve.running.generation import Call
     from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
 
 
 class Events:
-    """Chunks of choice `index` of `call` (`chat`: a chat completion, else a completion)."""
+    """Chunks of choice `index` (`chat`: a chat completion, else a completion) whose text starts
+    with `echo`, with `logprobs` alternatives per token (None: no log-probabilities asked for)."""
 
     def __init__(self, engine: SpecGuardEngine, rid: str, model: str, created: int,
-                 include_usage: bool, call: Call, index: int, chat: bool) -> None:
+                 include_usage: bool, index: int, chat: bool, logprobs: int | None,
+                 echo: str = "") -> None:
         self.engine, self.rid, self.model, self.created = engine, rid, model, created
-        self.include_usage, self.call, self.index, self.chat = include_usage, call, index, chat
-        self.echo = call.echo[index // call.n] if call.echo else ""
+        self.include_usage, self.index, self.chat = include_usage, index, chat
+        self.logprobs, self.echo = logprobs, echo
         self.offset = 0  # a completion's: where the next token starts in the choice's text
         self.first = not chat  # a completion's first chunk is still to come
         self.stream: GenerationStream | None = None
@@ -41,7 +42,7 @@ class Events:
     def deltas(self, stops: tuple[str, ...]) -> chunks.StepDeltas:
         """The choice's deltas: chat's answer, or a completion's text as written."""
         tokens = None
-        if self.call.logprobs is not None:
+        if self.logprobs is not None:
             tokens = RunTokens(self.engine.token_text, answer_only=self.chat,
                                with_eos=not self.chat)
         return chunks.StepDeltas(stops, raw=not self.chat, tokens=tokens)
@@ -56,8 +57,8 @@ class Events:
         if self.first:  # the prompt goes first
             text, logprobs, self.first = self.echo + text, self._prompt(logprobs), False
         lp = None
-        if logprobs is not None and self.call.logprobs is not None:
-            lp = logprobs_object(logprobs, self.offset, self.call.logprobs)
+        if logprobs is not None and self.logprobs is not None:
+            lp = logprobs_object(logprobs, self.offset, self.logprobs)
             self.offset += sum(len(e.token) for e in logprobs if not e.eos)
         return chunks.sse(chunks.completion_chunk(self.rid, self.model, self.created, text,
                                                   finish, trace, self.include_usage, self.index,
@@ -66,6 +67,6 @@ class Events:
     def _prompt(self, entries: list[TokenEntry] | None) -> list[TokenEntry] | None:
         """The prompt's scored tokens ahead of `entries` (with echo and logprobs)."""
         scored = self.stream.prompt_logprobs if self.stream is not None else None
-        if entries is None or scored is None or not self.call.echo:
+        if entries is None or scored is None or not self.echo:
             return entries
         return prompt_tokens(scored, self.engine.token_text) + entries

@@ -165,8 +165,9 @@ class Generation:
         try:
             for index, stream in enumerate(lease.streams):
                 async with self.slots.slot(request):
+                    echo = call.echo[index // call.n] if call.echo else ""
                     events = Events(self.engine, rid, self.model_name, now, include_usage,
-                                    call, index, chat)
+                                    index, chat, call.logprobs, echo)
                     for event in events.opening(stream):
                         put(event)
                     deltas = events.deltas(stops)
