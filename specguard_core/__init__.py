@@ -21,6 +21,8 @@ _EXPORTS = {
     "SpecGuardConfig": "specguard_core.config",
     "preset": "specguard_core.config",
     "GenerationResult": "specguard_core.types",
+    "PromptLogprobs": "specguard_core.types",
+    "RawPrompt": "specguard_core.text.messages",
     "StepRecord": "specguard_core.types",
     "ToolCall": "specguard_core.types",
     "GenerationStream": "specguard_core.engine.stream",
@@ -37,6 +39,8 @@ __all__ = [
     "LoadOptions",
     "ModelLoadError",
     "NormBounds",
+    "PromptLogprobs",
+    "RawPrompt",
     "RemoteTarget",
     "RemoteTargetError",
     "SpecGuardConfig",
@@ -54,7 +58,8 @@ if TYPE_CHECKING:
     from specguard_core.models.options import LoadOptions
     from specguard_core.remote.http import RemoteTargetError
     from specguard_core.remote.target import RemoteTarget
-    from specguard_core.types import GenerationResult, StepRecord, ToolCall
+    from specguard_core.text.messages import RawPrompt
+    from specguard_core.types import GenerationResult, PromptLogprobs, StepRecord, ToolCall
 
 
 def __getattr__(name: str) -> Any:

@@ -5,8 +5,6 @@ Everything here is plain data (no tensors), so results can be serialised, stream
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -74,7 +72,13 @@ class StepRecord:
     `token_logprobs[i]` is the log-probability of `token_ids[i]` under the model that wrote it (the
     draft for its kept tokens, the target for its own), raw as vLLM reports by default: the
     model's temperature-1 distribution before the repetition penalty, top-k, top-p and min-p; None
-    for a token no model chose (a forced tool-call prefix). Not part of `trace()`. `acceptance`
+    for a token no model chose (a forced tool-call prefix). Not part of `trace()`. `top_logprobs[i]`
+    (when the request asked for `top_logprobs=N`; else empty) is the N most likely tokens at that
+    position as (id, raw log-probability), most likely first. Both come from one distribution: the
+    target's wherever it wrote the token or ran a pass over it (a target-checked or
+    target-verified step, a step the target scored, a regenerated one), the draft's for a step
+    kept on its score alone (`path="kept"`, unchecked); a heterogeneous pair's checked steps keep
+    the draft's (the target's pass is over other tokens). `acceptance`
     names the token rule the target's check judged the draft step by (`typical`, `exact`,
     `exact-numbers`; under `acceptance="vouched"`, the one the step's score chose; None when no
     check judged it: kept on its score, or regenerated).
@@ -103,6 +107,7 @@ class StepRecord:
     draft_wasted: int = 0
     token_logprobs: list[float | None] = field(default_factory=list)
     acceptance: str | None = None
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -204,6 +209,18 @@ FinishReason = Literal["stop", "length", "tool_calls", "max_steps"]
 
 
 @dataclass
+class PromptLogprobs:
+    """The prompt's tokens as the target scores them (`prompt_logprobs=True`), from its one pass
+    over the prompt: `logprobs[i]` is the raw log-probability of `token_ids[i]` given the tokens
+    before it (None for the first, which has nothing before it), `top[i]` the `top_logprobs` most
+    likely tokens there as (id, log-probability), most likely first ([] for the first)."""
+
+    token_ids: list[int]
+    logprobs: list[float | None]
+    top: list[list[tuple[int, float]]]
+
+
+@dataclass
 class GenerationResult:
     """What `engine.generate` returns.
 
@@ -226,6 +243,7 @@ class GenerationResult:
     # which path the steps took (`engine/plan.py` `Plan.record`): route, check, fallback, guesses,
     # token rules, and `notes` saying what the config asked for that was off, and why
     plan: dict[str, Any] = field(default_factory=dict)
+    prompt_logprobs: PromptLogprobs | None = None
 
     @property
     def calls_written(self) -> list[ToolCall]:
@@ -236,33 +254,6 @@ class GenerationResult:
         out = asdict(self)
         out["stats"] = self.stats.to_dict()
         out["usage"]["total_tokens"] = self.usage.total_tokens
-        return out
-
-    def answer_logprobs(self, decode: Callable[[StepRecord, int], tuple[str, bytes] | None]
-                        ) -> list[dict[str, Any]]:
-        """OpenAI's `logprobs.content` entries for the answer: each token of the answer steps up
-        to a stop string, with its log-probability under the model that wrote it
-        (`StepRecord.token_logprobs`; -inf as `LOGPROB_FLOOR`) and no alternatives.
-        `decode(step, id)` is the token's (text, bytes) in the vocabulary of the model that wrote
-        the step (`SpecGuardEngine.token_text`), None for a token outside the text (EOS). Forced tokens
-        (no log-probability) are left out."""
-        out: list[dict[str, Any]] = []
-        # positions in UTF-8 bytes: a token holding part of a character decodes to "\ufffd"
-        cut, pos = len(self.raw_text.encode("utf-8")), 0  # raw_text ends at the first stop string
-        for step in self.steps:
-            at = pos
-            for tok, lp in zip(step.token_ids, step.token_logprobs, strict=False):
-                if step.kind != "answer" or at >= cut:
-                    break
-                decoded = decode(step, tok)
-                if decoded is None:
-                    continue
-                piece, raw = decoded
-                at += len(raw)
-                if lp is not None:
-                    out.append({"token": piece, "logprob": lp if math.isfinite(lp) else
-                                LOGPROB_FLOOR, "bytes": list(raw), "top_logprobs": []})
-            pos += len(step.text.encode("utf-8"))
         return out
 
     def trace(self) -> dict[str, Any]:

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from openai.types import Completion
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
+from specguard.serve.api import completions as completions_api
 from specguard.serve.api import convert
 from specguard.serve.api.protocol import ChatCompletionRequest, CompletionRequest, error_body
 from specguard.serve.api.untrusted import redact
@@ -33,8 +35,10 @@ from specguard.serve.http.settings import ServeSettings
 from specguard.serve.http.slots import APIError, Slots
 from specguard.serve.running.generation import Call, Generation
 from specguard.serve.running.streaming import JSONBody
+from specguard.serve.running.tokens import add_token_routes
 from specguard_core.text import formats
-from specguard_core.text.chat import InputError
+from specguard_core.text.chat import InputError, RawPrompt, continues
+from specguard_core.types import GenerationResult
 
 if TYPE_CHECKING:
     from specguard_core.engine.loop import SpecGuardEngine
@@ -42,14 +46,16 @@ if TYPE_CHECKING:
 __all__ = ["ServeSettings", "create_app"]
 log = logging.getLogger("specguard.serve")
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
-SERVED = ("POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, "
-          "GET /metrics")
+SERVED = ("POST /v1/chat/completions, POST /v1/completions, GET /v1/models, POST /tokenize, "
+          "POST /detokenize, GET /tokenizer_info, GET /version, GET /health, GET /metrics")
 # OpenAI and vLLM endpoints a client may try: named in the 404 (any other path is not repeated)
 KNOWN = ("/v1/responses", "/v1/embeddings", "/v1/audio", "/v1/images", "/v1/moderations",
          "/v1/files", "/v1/batches", "/v1/fine_tuning", "/v1/assistants", "/v1/threads",
          "/v1/vector_stores", "/v1/uploads", "/v1/realtime", "/v1/conversations", "/v1/rerank",
-         "/v1/score", "/v1/tokenize", "/v1/detokenize", "/tokenize", "/detokenize", "/pooling",
-         "/classify", "/rerank", "/score", "/v1/messages")
+         "/v1/score", "/v1/tokenize", "/v1/detokenize", "/pooling", "/classify", "/rerank",
+         "/score", "/v1/messages")
+RESPONSES = ("; the Responses API is not served (docs/decisions/no-responses-api.md): "
+             "use /v1/chat/completions")
 
 
 def not_served(path: str) -> str:
@@ -57,7 +63,7 @@ def not_served(path: str) -> str:
     known = next((k for k in KNOWN if path == k or path.startswith(k + "/")), None)
     what = f"{known} is not an endpoint of this server" if known else \
         "this server has no endpoint at this path"
-    return f"{what}; it serves {SERVED}"
+    return f"{what}; it serves {SERVED}" + (RESPONSES if known == "/v1/responses" else "")
 
 
 def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -> FastAPI:
@@ -114,7 +120,14 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             messages = await run_in_threadpool(convert.engine_messages, req.messages)
         except InputError as err:
             raise APIError(400, client_safe(str(err), sent(request)), param="messages") from None
-        kwargs: dict[str, Any] = {"tools": req.tools, "tool_choice": req.tool_choice or "auto"}
+        kwargs: dict[str, Any] = {"tools": req.tools, "tool_choice": req.tool_choice or "auto",
+                                  "continue_final_message": req.continuation(),
+                                  "top_logprobs": (req.top_logprobs or 0) if req.logprobs else 0}
+        try:  # vLLM's echo: the reply starts with the assistant message it continues
+            continued = continues(messages, req.continuation())
+        except InputError as err:
+            raise APIError(400, str(err), param="continue_final_message") from None
+        echo = str(messages[-1]["content"]) if req.echo and continued else ""
         if req.chat_template_kwargs:
             kwargs["chat_template_kwargs"] = req.chat_template_kwargs
         if req.parallel_tool_calls is False:  # the reply ends with its first call
@@ -125,24 +138,44 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
                 req.response_format)):
             messages = formats.with_instruction(messages, instruction)
             kwargs["response_format"] = req.response_format
-        lease = await gen.open(request, messages, cfgs, **kwargs)
-        build = gen.with_logprobs if req.logprobs else convert.chat_response
-        return await gen.reply(request, Call("chat", req, lease, arrived, build), cfgs[0],
-                               "chatcmpl", "chat.completion.chunk")
+        lease = await gen.open(request, [messages], cfgs, **kwargs)
+        call = Call("chat", req, lease, arrived, gen.chat_build(bool(req.logprobs), echo),
+                    (req.top_logprobs or 0) if req.logprobs else None, (echo,), req.choices)
+        return await gen.reply(request, call, cfgs[0], "chatcmpl", "chat.completion.chunk")
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         arrived = time.monotonic()
         req = await parse(settings, model_name, request, CompletionRequest)
         cfgs = gen.configs(req, request)
-        lease = await gen.open(request, req.text(), cfgs)
-        return await gen.reply(request, Call("completions", req, lease, arrived,
-                                             convert.completion_response),
-                               cfgs[0], "cmpl", "text_completion")
+        special = req.add_special_tokens is not False
+        prompts = [RawPrompt(p, None, special) if isinstance(p, str) else
+                   RawPrompt(None, tuple(p), special) for p in req.prompts()]
+        scored = "only" if req.max_tokens == 0 else bool(req.echo and req.logprobs is not None)
+        try:
+            lease = await gen.open(request, prompts, cfgs, prompt_logprobs=scored,
+                                   top_logprobs=req.logprobs or 0)
+        except APIError as err:  # the engine's errors about "the prompt" are about `prompt` here
+            if err.body["error"]["param"] == "messages":
+                err.body["error"]["param"] = "prompt"
+            raise
+        texts = tuple(p.text if p.text is not None else engine.target.decode(list(p.token_ids or
+                                                                                   ()))
+                      for p in prompts)
+        shape = completions_api.Shape(bool(req.echo), req.logprobs)
+
+        def build(results: list[GenerationResult], rid: str, model: str) -> Completion:
+            return completions_api.response(results, texts, req.choices, rid, model, shape,
+                                            engine.token_text)
+        call = Call("completions", req, lease, arrived, build, req.logprobs,
+                    texts if req.echo else (), req.choices)
+        return await gen.reply(request, call, cfgs[0], "cmpl", "text_completion")
 
     card = {"id": model_name, "object": "model", "created": created, "owned_by": "specguard",
+            "max_model_len": engine.context_window,
             "specguard": {"draft": redact(engine.draft.name), "target": redact(engine.target.name),
                           "context_window": engine.context_window}}
+    add_token_routes(app, engine, settings, model_name)
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from specguard_core.engine.stream import GenerationStream
 from specguard_core.text.chat import (
     InputError,
     Message,
+    RawPrompt,
     ToolChoice,
     forced_call_prefix,
     normalise_messages,
@@ -78,7 +79,7 @@ class MethodEngine(SpecGuardEngine):
                 continue
         return out
 
-    def stream(self, messages_or_prompt: str | Sequence[Message], *,
+    def stream(self, messages_or_prompt: str | Sequence[Message] | RawPrompt, *,
                tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
                response_format: Any = None, config: SpecGuardConfig | None = None,
                timeout: float | None = None, parallel_tool_calls: bool = True,
@@ -90,6 +91,11 @@ class MethodEngine(SpecGuardEngine):
         if self.turn_limit is not None and len(self.streams) >= self.turn_limit:
             raise TurnLimitReached(f"turn limit of {self.turn_limit} model turns reached")
         if self.method in BASELINES:
+            reading = {k: overrides.pop(k) for k in ("continue_final_message", "top_logprobs",
+                                                     "prompt_logprobs") if k in overrides}
+            if isinstance(messages_or_prompt, RawPrompt) or any(reading.values()):
+                raise InputError(f"the {self.method} baseline writes chat turns with plain "
+                                 "generate: no raw prompt, prefill or log-probability options")
             stream = self._plain(messages_or_prompt, tools, tool_choice, response_format,
                                  (config or self.config).merged(**overrides), timeout,
                                  parallel_tool_calls)

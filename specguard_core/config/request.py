@@ -32,6 +32,13 @@ class SpecGuardConfig(BaseModel):
     repetition_penalty: float = Field(1.0, gt=0.0, description="CTRL/transformers repetition "
                                       "penalty on tokens already in the sequence, prompt included "
                                       "(1: none; greedy too)")
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="subtracted from the "
+                                    "logit of every token the reply already holds, as vLLM and "
+                                    "OpenAI apply it (the prompt not counted; 0: none), draft and "
+                                    "target alike")
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, description="subtracted from a "
+                                     "token's logit once per time the reply already holds it, as "
+                                     "vLLM and OpenAI apply it (0: none), draft and target alike")
     step_delimiters: tuple[str, ...] = Field(("\n\n",), description="a step ends after one of these")
     max_step_tokens: int = Field(256, ge=1, description="a step ends after this many tokens, on a "
                                  "whole character (a first character that needs more runs up "

@@ -42,6 +42,7 @@ class SampleSpec:
     grace: int = 0  # tokens past max_tokens a step may take to complete its first character
     lookahead: int = 0  # k = 1 without capture: prompt-lookup guesses fed with each token (0: none)
     call_tokens: int = 0  # tokens a step that opens a tool call may take (past max_tokens)
+    top_logprobs: int = 0  # the most likely tokens recorded at each position (`Candidate`)
 
 
 @dataclass
@@ -51,7 +52,8 @@ class Candidate:
     greedy; speculative sampling's q); `step_rows: [L, F, F]` sparsified attention rows of the F fed
     tokens on step columns; `embedding: [d]` mean last hidden state over the fed tokens;
     `pooled[layer]: [d]` the mean hidden state of that layer over the fed tokens, for each of
-    `SampleSpec.pool_layers`."""
+    `SampleSpec.pool_layers`; `top_logprobs: [T]` each position's `SampleSpec.top_logprobs` most
+    likely tokens as (id, raw log-probability) (empty when none were asked for)."""
 
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -63,6 +65,7 @@ class Candidate:
     embedding: torch.Tensor | None = None
     pooled: dict[int, torch.Tensor] = field(default_factory=dict)
     sample_probs: list[float] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
     @property
     def fed(self) -> list[int]:

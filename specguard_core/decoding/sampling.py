@@ -37,23 +37,38 @@ class Shaping:
     `top_k`: keep the k most likely tokens (0: all). `min_p`: keep tokens with probability >=
     min_p * the top token's (0: all). `repetition_penalty`: CTRL's penalty on every token already
     in the sequence (prompt included), as transformers and vLLM apply it (1: none; > 1 discourages
-    repeats). `grammar`: a strict response format's token mask (`decoding/grammar.py`), applied
-    after the penalty, as vLLM applies structured output."""
+    repeats). `presence_penalty` / `frequency_penalty`: vLLM's and OpenAI's, after the repetition
+    penalty: a token's logit less `presence_penalty` if the reply holds it, less
+    `frequency_penalty` times the number of times it does; the reply is the sequence from
+    position `reply_start` on (the prompt is not counted, as in vLLM). `grammar`: a strict
+    response format's token mask (`decoding/grammar.py`), applied after the penalties, as vLLM
+    applies structured output."""
 
     top_k: int = 0
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     grammar: Grammar | None = field(default=None, compare=False)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    reply_start: int = 0  # the position of the reply's first token in the sequences penalised
 
     @classmethod
-    def of(cls, cfg: SpecGuardConfig, grammar: Grammar | None = None) -> Shaping:
-        """The shaping a `SpecGuardConfig` asks for (with a request's grammar, if any)."""
-        return cls(cfg.top_k, cfg.min_p, cfg.repetition_penalty, grammar)
+    def of(cls, cfg: SpecGuardConfig, grammar: Grammar | None = None,
+           reply_start: int = 0) -> Shaping:
+        """The shaping a `SpecGuardConfig` asks for (with a request's grammar, if any), for
+        sequences whose reply starts at `reply_start`."""
+        return cls(cfg.top_k, cfg.min_p, cfg.repetition_penalty, grammar, cfg.presence_penalty,
+                   cfg.frequency_penalty, reply_start)
+
+    @property
+    def counted(self) -> bool:
+        """Whether the presence or frequency penalty is on (they count the reply's tokens)."""
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
     @property
     def penalised(self) -> bool:
         """Whether the logits depend on the sequence so far (a penalty or a grammar)."""
-        return self.repetition_penalty != 1.0 or self.grammar is not None
+        return self.repetition_penalty != 1.0 or self.counted or self.grammar is not None
 
     @property
     def cuts(self) -> bool:
@@ -79,6 +94,9 @@ class Shaping:
         if self.repetition_penalty != 1.0 and history.numel():
             process = RepetitionPenaltyLogitsProcessor(self.repetition_penalty)
             logits = process(history.to(logits.device), logits)
+        if self.counted:
+            logits = self._count_penalty(logits, _counts(history[:, self.reply_start:],
+                                                         logits.shape[-1]))
         if self.grammar is not None:
             vocab = logits.shape[-1]
             seqs = [[t for t in row if t < vocab] for row in history.tolist()]
@@ -106,10 +124,38 @@ class Shaping:
                                  torch.where(seen, tail[None, :], vocab)], dim=1)  # [R, P+R-1]
             process = RepetitionPenaltyLogitsProcessor(self.repetition_penalty)
             logits = process(history.to(logits.device), logits)
+        if self.counted:
+            logits = self._count_penalty(logits, self._row_counts(logits, prefix, ids))
         if self.grammar is not None:
             seqs = [list(prefix) + list(ids[:i]) for i in range(logits.shape[0])]
             logits = self.grammar.mask(logits, seqs)
         return logits
+
+
+    def _row_counts(self, logits: torch.Tensor, prefix: Sequence[int], ids: Sequence[int]
+                    ) -> torch.Tensor:
+        """`[R, V]`: how often each token occurs in row i's reply, `prefix + ids[:i]` from
+        `reply_start` on."""
+        rows, vocab = logits.shape
+        base = _counts(torch.tensor([list(prefix[self.reply_start:])], dtype=torch.long),
+                       vocab)  # [1, V]
+        given = torch.tensor(list(ids[: rows - 1]), dtype=torch.long)
+        step = torch.zeros(rows, vocab + 1)
+        step[torch.arange(1, len(given) + 1), given.clamp(max=vocab)] = 1.0  # row j+1 adds ids[j]
+        return base + step[:, :vocab].cumsum(dim=0)  # [R, V]
+
+    def _count_penalty(self, logits: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """vLLM's order: the frequency penalty per occurrence, then the presence penalty."""
+        counts = counts.to(logits.device, logits.dtype)
+        return logits - self.frequency_penalty * counts - self.presence_penalty * (counts > 0)
+
+
+def _counts(history: torch.Tensor, vocab: int) -> torch.Tensor:
+    """`history: [N, L]` ids (entries >= vocab are padding) -> `[N, V]` occurrences per token."""
+    ids = history.long().clamp(max=vocab)
+    out = torch.zeros(ids.shape[0], vocab + 1, device=ids.device)
+    out.scatter_add_(1, ids, torch.ones(ids.shape, device=ids.device))
+    return out[:, :vocab]
 
 
 NO_SHAPING = Shaping()

@@ -29,6 +29,7 @@ import torch
 from specguard_core.cache.model import CachedModel
 from specguard_core.cache.state import CacheState, Target, TentativePass
 from specguard_core.decoding.guesses import GuessFeed
+from specguard_core.decoding.logprobs import Top, token_scores
 from specguard_core.decoding.proposal import Proposal, SampleSpec
 from specguard_core.decoding.sampling import nucleus_probs, sample_with_probs
 from specguard_core.engine.accept import typical_passed
@@ -84,16 +85,19 @@ def regenerate(draft: CachedModel, target: Target, req: Request, proposal: Propo
     spec = SampleSpec(k, cfg.temperature if sample else 0.0, cfg.top_p,
                       max(1, req.budget(req.target)), req.rules, None,
                       hidden=k > 1 and selector.mode == "hidden", shaping=req.shaping,
-                      grace=req.grace(), call_tokens=req.call_budget())
+                      grace=req.grace(), call_tokens=req.call_budget(),
+                      top_logprobs=req.top_logprobs)
     written = write_step(target, req.target, spec, req.generator, prior, check=req.check)
     i = selector.select(written.candidates)
     cand = written.candidates[i]
     written.keep(i)
     req.draft.pending += convert(prior_ids + cand.fed, target, draft)
     logprobs: list[float | None] = [None] * len(prior_ids)  # forced, not chosen by a model
+    tops: list[Top] = [[] for _ in prior_ids]
     return Step(prior_ids + cand.token_ids, prior + cand.text, "target", cand.end == "eos", k,
                 path="regenerated", draft_generated=generated(proposal),
-                token_logprobs=logprobs + list(cand.logprobs), cut=cand.end == "budget")
+                token_logprobs=logprobs + list(cand.logprobs), cut=cand.end == "budget",
+                top_logprobs=tops + list(cand.top_logprobs))
 
 
 def speculate(draft: CachedModel, target: Target, req: Request, proposal: Proposal,
@@ -122,7 +126,8 @@ def speculate(draft: CachedModel, target: Target, req: Request, proposal: Propos
         q = nucleus_probs(q_row[0], temp, top_p, shaping)
     nxt = next_token(p_rows[m], temp, top_p, gen, q, shaping) if m < len(p_rows) else None
     n_in = _push(text, cand.token_ids[:m], nxt)
-    logprobs = (cand.logprobs[:m] + _logprob(first.logits, m, nxt))[:n_in]  # as text.token_ids
+    # every token as the target's rows read it (it verified the draft's, wrote its own)
+    logprobs, tops = _scored(first.logits, cand.token_ids[:m], nxt, n_in, req.top_logprobs)
     verified = min(n_in, m)
     first.keep(min(verified, len(first.ids)))
     draft.rollback(req.draft, len(req.draft.ids) - (min(m, cand.n_fed) - min(verified, cand.n_fed)))
@@ -132,8 +137,8 @@ def speculate(draft: CachedModel, target: Target, req: Request, proposal: Propos
         req.check()
         draft.catch_up(req.draft)
         n0 = len(req.draft.ids)
-        toks, q_x, q_logits, q_lps = _draft_run(draft, req.draft, min(req.draft_run, text.room()),
-                                                req)
+        toks, q_x, q_logits, _ = _draft_run(draft, req.draft, min(req.draft_run, text.room()),
+                                            req)
         made += len(toks)
         feed = toks[:-1] if toks[-1] in draft.eos_ids else toks
         tpass = target.try_tokens(req.target, feed)
@@ -148,7 +153,8 @@ def speculate(draft: CachedModel, target: Target, req: Request, proposal: Propos
             else None
         nxt = next_token(p_rows[m], temp, top_p, gen, q, shaping) if m < len(p_rows) else None
         n_in = _push(text, toks[:m], nxt)
-        logprobs += (q_lps[:m] + _logprob(tpass.logits, m, nxt))[:n_in]
+        lps, top = _scored(tpass.logits, toks[:m], nxt, n_in, req.top_logprobs)
+        logprobs, tops = logprobs + lps, tops + top
         kept = min(n_in, m)
         written += kept
         tpass.keep(min(kept, len(feed)))
@@ -165,16 +171,15 @@ def speculate(draft: CachedModel, target: Target, req: Request, proposal: Propos
         written = min(written, len(text.token_ids))
     return Step(text.token_ids, text.text, "target", text.end == "eos", len(proposal.candidates),
                 path="target-verified", verified_prefix=verified, draft_written=written,
-                draft_generated=made, token_logprobs=logprobs[: len(text.token_ids)],
-                cut=text.end == "budget")
+                draft_generated=made, token_logprobs=list(logprobs[: len(text.token_ids)]),
+                top_logprobs=tops[: len(text.token_ids)], cut=text.end == "budget")
 
 
-def _logprob(rows: torch.Tensor, m: int, tok: int | None) -> list[float | None]:
-    """`[tok's raw log-probability under rows[m]]` (the target's own token), [] when none."""
-    if tok is None:
-        return []
-    row = rows[m].float()  # [V]
-    return [float(row[tok] - torch.logsumexp(row, dim=-1))]
+def _scored(rows: torch.Tensor, accepted: list[int], nxt: int | None, n: int, top: int
+            ) -> tuple[list[float], list[Top]]:
+    """The first `n` of `accepted + [nxt]` scored by the target's pass `rows` (`[T+1, V]`, row i
+    predicting token i): raw log-probabilities and `top` alternatives."""
+    return token_scores(rows, (accepted + ([] if nxt is None else [nxt]))[:n], top)
 
 
 def _push(text: StepText, accepted: list[int], nxt: int | None) -> int:

@@ -82,9 +82,9 @@ class Judge:
         return SampleSpec(cfg.k, cfg.temperature, cfg.top_p, req.budget(req.draft), req.rules,
                           plan.capture if by_draft else None, cfg.experimental.sparsify_threshold,
                           hidden=cfg.k > 1 and selector.mode == "hidden",
-                          pool_layers=plan.pool if by_draft else (), shaping=req.shaping,
+                          pool_layers=plan.pool if by_draft else (), shaping=req.draft_shaping,
                           grace=req.grace(), lookahead=plan.guesses if plan.guess_proposals
-                          else 0, call_tokens=req.call_budget())
+                          else 0, call_tokens=req.call_budget(), top_logprobs=req.top_logprobs)
 
     def score(self, req: Request, cand: Candidate, kind: StepKind
               ) -> tuple[Verdict, TentativePass | None]:

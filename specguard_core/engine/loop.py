@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Literal
 
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.model import CachedModel
@@ -25,7 +25,8 @@ from specguard_core.config import EngineConfig, NormBounds, SpecGuardConfig, def
 from specguard_core.decoding.grammar import GrammarIndex
 from specguard_core.engine.judge import Judge
 from specguard_core.engine.request import Phases, Request
-from specguard_core.engine.run.start import open_request
+from specguard_core.engine.run.prompt import score_prompt
+from specguard_core.engine.run.start import Reading, open_request, prompt_ids
 from specguard_core.engine.run.step import run_step
 from specguard_core.engine.selector import Selector
 from specguard_core.engine.stream import GenerationStream
@@ -36,14 +37,13 @@ from specguard_core.remote.deadline import capped
 from specguard_core.text.chat import (
     InputError,
     Message,
+    RawPrompt,
     ToolChoice,
     check_tools,
-    normalise_messages,
-    render_prompt,
     token_bytes,
 )
 from specguard_core.text.tool_calls import response_template
-from specguard_core.types import Cancelled, GenerationResult, StepRecord
+from specguard_core.types import Cancelled, GenerationResult, StepRecord, StepSource
 
 
 class SpecGuardEngine:
@@ -144,51 +144,70 @@ class SpecGuardEngine:
     def tokenizer(self) -> Any:
         return self.target.tokenizer
 
-    def token_text(self, step: StepRecord, token: int) -> tuple[str, bytes] | None:
-        """One of `step.token_ids` as (text, its own bytes), in the vocabulary of the model that
-        wrote the step; None for an end-of-turn token, which is not part of the text. A token
-        holding part of a multi-byte character has text "\ufffd" but its true bytes."""
-        handle = self.draft if step.source == "draft" else self.target
-        if token in handle.eos_ids:
+    def token_text(self, source: StepSource, token: int, eos: bool = False
+                   ) -> tuple[str, bytes] | None:
+        """A token of the model `source` names ("draft" or "target": `StepRecord.source`) as
+        (text, its own bytes); None for an end-of-turn token, which is not part of the text,
+        unless `eos` asks for its text too. A token holding part of a multi-byte character has
+        text "\ufffd" but its true bytes (`text.logprobs.Decode`)."""
+        handle = self.draft if source == "draft" else self.target
+        if token in handle.eos_ids and not eos:
             return None
         text = handle.decode([token])
         return text, token_bytes(handle.tokenizer, token, text)
 
-    def prompt_ids(self, messages_or_prompt: str | Sequence[Message],
+    def prompt_ids(self, messages_or_prompt: str | Sequence[Message] | RawPrompt,
                    tools: Sequence[dict[str, Any]] | None = None,
-                   chat_template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
-        """The chat-templated prompt as the target tokenizes it."""
-        text = render_prompt(self.target.tokenizer, normalise_messages(messages_or_prompt),
-                             check_tools(tools), chat_template_kwargs)
-        return self.target.encode(text)
+                   chat_template_kwargs: Mapping[str, Any] | None = None,
+                   continue_final_message: bool | None = None) -> list[int]:
+        """The prompt as the target tokenizes it: chat-templated (see `stream` for
+        `continue_final_message`), or a `RawPrompt` as it is."""
+        return prompt_ids(self, messages_or_prompt, check_tools(tools), chat_template_kwargs,
+                          continue_final_message)[0][1]
 
     # ---- public generation API -------------------------------------------------------------
-    def generate(self, messages_or_prompt: str | Sequence[Message], *,
+    def generate(self, messages_or_prompt: str | Sequence[Message] | RawPrompt, *,
                  tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
                  response_format: Any = None, config: SpecGuardConfig | None = None,
                  timeout: float | None = None,
                  chat_template_kwargs: Mapping[str, Any] | None = None,
-                 parallel_tool_calls: bool = True,
+                 parallel_tool_calls: bool = True, continue_final_message: bool | None = None,
+                 top_logprobs: int = 0, prompt_logprobs: bool | Literal["only"] = False,
                  **overrides: Any) -> GenerationResult:
         """Run to completion with `config` (default: the engine's), then any keyword overrides of
-        its fields (k=4, tau=0.6, ...). See `stream` for `timeout` and `parallel_tool_calls`."""
+        its fields (k=4, tau=0.6, ...). See `stream` for the rest."""
         stream = self.stream(messages_or_prompt, tools=tools, tool_choice=tool_choice,
                              response_format=response_format, config=config, timeout=timeout,
                              chat_template_kwargs=chat_template_kwargs,
-                             parallel_tool_calls=parallel_tool_calls, **overrides)
+                             parallel_tool_calls=parallel_tool_calls,
+                             continue_final_message=continue_final_message,
+                             top_logprobs=top_logprobs, prompt_logprobs=prompt_logprobs,
+                             **overrides)
         for _ in stream:
             pass
         return stream.result
 
-    def stream(self, messages_or_prompt: str | Sequence[Message], *,
+    def stream(self, messages_or_prompt: str | Sequence[Message] | RawPrompt, *,
                tools: Sequence[dict[str, Any]] | None = None, tool_choice: ToolChoice = "auto",
                response_format: Any = None, config: SpecGuardConfig | None = None,
                timeout: float | None = None,
                chat_template_kwargs: Mapping[str, Any] | None = None,
-               parallel_tool_calls: bool = True,
+               parallel_tool_calls: bool = True, continue_final_message: bool | None = None,
+               top_logprobs: int = 0, prompt_logprobs: bool | Literal["only"] = False,
                **overrides: Any) -> GenerationStream:
         """Yield each `StepRecord` as soon as it is committed. Input is validated here, eagerly;
         the request runs with `config` (default: the engine's) and keyword overrides of its fields.
+        `messages_or_prompt`: a conversation (a string is one user message), rendered with the
+        chat template, or a `RawPrompt` (text or token ids) continued as it is, with no template
+        and no tools. A conversation that ends with an assistant message with text continues
+        that message (a prefill: the reply is its continuation, transformers'
+        `continue_final_message`); `continue_final_message=False` closes it and starts a new
+        turn instead, True insists on continuing.
+        `top_logprobs=N` records the N most likely tokens at each position of the reply
+        (`StepRecord.top_logprobs`, 0 to 20). `prompt_logprobs=True`: the target's one pass over
+        the prompt scores each of its tokens too (`GenerationResult.prompt_logprobs`, with the
+        same alternatives); "only": and the request writes nothing (vLLM's `max_tokens=0`, how
+        lm-eval computes log-likelihoods).
         `response_format` ("json", a JSON schema, or OpenAI's json_schema/json_object dict) makes
         answer steps structurally checked: a draft answer that is not (on course to) one matching
         JSON object is rejected and the target writes the step; bare JSON is then never a call.
@@ -200,9 +219,12 @@ class SpecGuardEngine:
         req = open_request(self, messages_or_prompt, tools=tools, tool_choice=tool_choice,
                            response_format=response_format, config=config or self.config,
                            timeout=timeout, chat_template_kwargs=chat_template_kwargs,
-                           parallel_tool_calls=parallel_tool_calls, overrides=overrides)
+                           parallel_tool_calls=parallel_tool_calls, overrides=overrides,
+                           reading=Reading(continue_final_message, top_logprobs,
+                                           prompt_logprobs))
         holder: dict[str, GenerationResult] = {}
-        return GenerationStream(self._session(req, holder), holder, req.cancel)
+        return GenerationStream(self._session(req, holder), holder, req.cancel,
+                                lambda: req.prompt_scores)
 
     def calibrate(self, prompts: Sequence[str | Sequence[Message]], low_q: float = 1.0,
                   high_q: float = 99.0, path: str | None = None, *,
@@ -237,7 +259,11 @@ class SpecGuardEngine:
                 with self._turn(req):
                     timed = Phases()
                     with timed("prefill"):
-                        self.draft.catch_up(req.draft)  # the target prefills when first needed
+                        if req.prompt_logprobs:  # the target's pass over the prompt scores it
+                            req.prompt_scores = score_prompt(self.target, req.target,
+                                                             req.top_logprobs)
+                        if req.finish is None:  # else the target prefills when first needed
+                            self.draft.catch_up(req.draft)
                     req.stats.add_time("prefill", timed["prefill"])
                 while req.finish is None:
                     with self._turn(req), capped(req.deadline):  # a served target's calls too

@@ -22,6 +22,7 @@ from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.model import CachedModel
 from specguard_core.cache.state import CacheState, Forward
 from specguard_core.decoding.guesses import GuessFeed
+from specguard_core.decoding.logprobs import top_of
 from specguard_core.decoding.proposal import Candidate, Proposal, SampleSpec
 from specguard_core.decoding.sampling import sample_with_probs
 from specguard_core.engine.verify.signals import sparsify_rows
@@ -60,7 +61,9 @@ def propose(handle: CachedModel, state: CacheState, spec: SampleSpec,
                                           shaping=spec.shaping)  # [k]
         if history is not None:
             history = torch.cat([history, tokens[:, None]], dim=1)
-        logps = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None])[:, 0]  # [k]
+        logp = torch.log_softmax(logits, dim=-1)  # [k, V]
+        logps = logp.gather(-1, tokens[:, None])[:, 0]  # [k]
+        tops = top_of(logp, spec.top_logprobs) if spec.top_logprobs else None
         toks, lps, sps = torch.stack([tokens.to(logps.dtype), logps, probs.to(logps.dtype)]
                                      ).tolist()  # the one host transfer of this step
         fed: list[int] = []
@@ -72,6 +75,8 @@ def propose(handle: CachedModel, state: CacheState, spec: SampleSpec,
             if added != "before":
                 c.logprobs.append(lps[i])
                 c.sample_probs.append(sps[i])
+                if tops is not None:
+                    c.top_logprobs.append(tops[i])
             c.end = texts[i].end
             if added == "fed":
                 fed.append(i)
@@ -110,7 +115,8 @@ def propose(handle: CachedModel, state: CacheState, spec: SampleSpec,
         if c.end == "budget" and texts[i].trim():  # never end mid-character
             c.n_fed = min(c.n_fed, len(texts[i].token_ids))
             c.next_logits = whole_logits.get(i) if c.n_fed == len(texts[i].token_ids) else None
-            del c.logprobs[len(texts[i].token_ids):], c.sample_probs[len(texts[i].token_ids):]
+            n = len(texts[i].token_ids)
+            del c.logprobs[n:], c.sample_probs[n:], c.top_logprobs[n:]
         c.token_ids, c.text = texts[i].token_ids, texts[i].text
         c.step_rows = rows[i, :, : c.n_fed, : c.n_fed] if rows is not None else None
         if emb_sum is not None:

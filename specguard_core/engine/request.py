@@ -30,6 +30,7 @@ from specguard_core.types import (
     Cancelled,
     FinishReason,
     GenerationResult,
+    PromptLogprobs,
     RunStats,
     StepKind,
     StepPath,
@@ -78,6 +79,7 @@ class Step:
     token_logprobs: list[float | None] = field(default_factory=list)  # see StepRecord
     acceptance: str | None = None  # the rule the target's check judged the draft step by
     cut: bool = False  # the token budget ended the step (a tool call may be open in it)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)  # see StepRecord
 
 
 
@@ -99,6 +101,10 @@ class Request:
     response_format: ResponseFormat | None = None  # the answer must be JSON (matching a schema)
     grammar: Grammar | None = None  # a strict format's or the tool calls' token mask
     parallel_tool_calls: bool = True  # False: the reply ends with its first tool call
+    top_logprobs: int = 0  # alternatives recorded per token (`StepRecord.top_logprobs`)
+    prompt_logprobs: bool = False  # the target scores the prompt (`GenerationResult.prompt_logprobs`)
+    prompt_scores: PromptLogprobs | None = None  # that score, once the target's pass made it
+    draft_prompt_tokens: int = 0  # the draft's prompt length (a heterogeneous pair's differs)
     stats: RunStats = field(default_factory=RunStats)
     steps: list[StepRecord] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
@@ -121,8 +127,14 @@ class Request:
     @property
     def shaping(self) -> Shaping:
         """How this request's logits are shaped before any token is chosen or judged: the
-        config's top-k, min-p and repetition penalty, and the strict format's grammar."""
-        return Shaping.of(self.cfg, self.grammar)
+        config's top-k, min-p and penalties (the reply counted from the prompt's end), and the
+        strict format's grammar."""
+        return Shaping.of(self.cfg, self.grammar, self.prompt_tokens)
+
+    @property
+    def draft_shaping(self) -> Shaping:
+        """`shaping` over the draft's sequences (its prompt's length may differ)."""
+        return Shaping.of(self.cfg, self.grammar, self.draft_prompt_tokens or self.prompt_tokens)
 
     @property
     def forced(self) -> bool:
@@ -205,7 +217,7 @@ class Request:
             draft_text=draft_text, phase_s=dict(phases), path=step.path,
             verified_prefix=step.verified_prefix, draft_written=step.draft_written,
             acceptance=step.acceptance,
-            token_logprobs=list(step.token_logprobs),
+            token_logprobs=list(step.token_logprobs), top_logprobs=list(step.top_logprobs),
             target_written=len(step.token_ids) - step.draft_written,
             target_passes=self.target.counters.forward_calls - self._passes_mark,
             draft_wasted=max(0, step.draft_generated - step.draft_written),
@@ -282,7 +294,7 @@ class Request:
         return "".join(s.text for s in self.steps if s.kind == "answer")
 
     def result(self, model_name: str) -> GenerationResult:
-        raw = self.raw_text()
+        raw = full = self.raw_text()
         for stop in self.cfg.stop:  # stop strings end the text, as in transformers/OpenAI
             raw = raw.split(stop, 1)[0] if stop in raw else raw
         answer, reasoning, pos = [], [], 0
@@ -295,10 +307,18 @@ class Request:
                 reasoning.append(strip_markers(text, self.rules))
         self.stats.wall_time_s = time.perf_counter() - self.started
         return GenerationResult(
-            text=final_text("".join(answer).strip(), self.response_format), raw_text=raw,
+            text=final_text(_trimmed("".join(answer), len(raw) < len(full)),
+                            self.response_format), raw_text=raw,
             reasoning="".join(reasoning).strip(),
             steps=list(self.steps), usage=Usage(self.prompt_tokens, self.n_new), stats=self.stats,
             finish_reason=self.finish or "stop", tool_calls=list(self.tool_calls),
             invalid_tool_calls=list(self.invalid_tool_calls), model_name=model_name,
             verifier=self.cfg.verifier, plan=self.plan.record(),
+            prompt_logprobs=self.prompt_scores,
         )
+
+
+def _trimmed(answer: str, cut: bool) -> str:
+    """The answer without the whitespace around it; what comes right before a stop string that
+    cut it is kept as written (vLLM keeps "...Line " before a stop "1")."""
+    return answer.lstrip() if cut else answer.strip()

@@ -6,9 +6,9 @@ any thread (the engine checks the flag before every forward pass)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from specguard_core.types import GenerationResult, StepRecord
+from specguard_core.types import GenerationResult, PromptLogprobs, StepRecord
 
 
 class GenerationStream(Iterator[StepRecord]):
@@ -16,8 +16,15 @@ class GenerationStream(Iterator[StepRecord]):
     `close()` (or leaving a `with` block) stops generation within one forward pass."""
 
     def __init__(self, steps: Iterator[StepRecord], holder: dict[str, GenerationResult],
-                 cancel: threading.Event) -> None:
-        self._steps, self._holder, self._cancel = steps, holder, cancel
+                 cancel: threading.Event,
+                 prompt: Callable[[], PromptLogprobs | None] = lambda: None) -> None:
+        self._steps, self._holder, self._cancel, self._prompt = steps, holder, cancel, prompt
+
+    @property
+    def prompt_logprobs(self) -> PromptLogprobs | None:
+        """The prompt as the target scored it (`prompt_logprobs=True`), as soon as the request
+        has started (before its first step), else None."""
+        return self._prompt()
 
     def __next__(self) -> StepRecord:
         if self._cancel.is_set():

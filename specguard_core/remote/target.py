@@ -52,6 +52,10 @@ def check_served_target(cfg: SpecGuardConfig) -> None:
         raise InputError("repetition_penalty needs the target's raw logits, which a served target "
                          "does not return (its passes give log-probabilities); leave it at 1 or "
                          "use an in-process target")
+    if cfg.presence_penalty or cfg.frequency_penalty:
+        raise InputError("presence_penalty and frequency_penalty count the reply's tokens, but a "
+                         "served target writes steps with vLLM's own penalties, which count only "
+                         "the tokens of one request; leave them at 0 or use an in-process target")
     if cfg.fallback == "sample" and cfg.fallback_samples > 1 and cfg.experimental.selector == "hidden":
         raise InputError(f"fallback_k={cfg.fallback_samples} samples from a served target carry no "
                          "hidden states for the selector to compare; use fallback='speculative' "

@@ -13,15 +13,22 @@ from typing import Any
 import jsonschema
 
 from specguard_core.text.errors import FREE_TEXT_LIMIT, InputError, quoted
-from specguard_core.text.messages import Message, check_unicode, content_text, normalise_messages
+from specguard_core.text.messages import (
+    Message,
+    RawPrompt,
+    check_unicode,
+    content_text,
+    normalise_messages,
+)
 from specguard_core.text.schema import loads_untrusted, unresolvable_ref, validator
 from specguard_core.text.tool_calls import forced_call_prefix, parse_tool_call
 from specguard_core.text.tool_choice import ToolChoice, parse_tool_choice
 from specguard_core.text.vocab_bytes import token_bytes
 
-__all__ = ["InputError", "Message", "ToolChoice", "check_template_kwargs", "check_tools",
-           "check_unicode", "content_text", "forced_call_prefix", "normalise_messages",
-           "offered_tools", "parse_tool_call", "render_prompt", "required_tool", "token_bytes"]
+__all__ = ["InputError", "Message", "RawPrompt", "ToolChoice", "check_template_kwargs",
+           "check_tools", "check_unicode", "content_text", "continues", "forced_call_prefix",
+           "normalise_messages", "offered_tools", "parse_tool_call", "render_prompt",
+           "required_tool", "token_bytes"]
 
 
 def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -121,20 +128,42 @@ def check_template_kwargs(template_kwargs: Mapping[str, Any] | None) -> dict[str
     return dict(template_kwargs)
 
 
+def continues(messages: list[Message], flag: bool | None = None) -> bool:
+    """Whether the reply continues the conversation's final message (an assistant prefill,
+    transformers' `continue_final_message`): `flag` when given, else whether that message is the
+    assistant's, with text and no tool calls (as transformers' pipeline and Ollama decide).
+    Continuing any other message is an InputError."""
+    last = messages[-1] if messages else {}
+    prefill = last.get("role") == "assistant" and bool(last.get("content")) and \
+        not last.get("tool_calls")
+    if flag is None:
+        return prefill
+    if flag and not prefill:
+        raise InputError("continue_final_message needs the conversation to end with an "
+                         "assistant message that has text (and no tool calls) to continue; "
+                         "drop the flag to start a new assistant turn")
+    return bool(flag)
+
+
 def render_prompt(tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]],
-                  template_kwargs: Mapping[str, Any] | None = None) -> str:
-    """The conversation as this tokenizer's chat template renders it, ready for the assistant turn;
-    `template_kwargs` are extra template variables (`check_template_kwargs`), which a tokenizer
-    without a chat template has no use for."""
+                  template_kwargs: Mapping[str, Any] | None = None,
+                  continue_final: bool = False) -> str:
+    """The conversation as this tokenizer's chat template renders it, ready for the assistant turn
+    (or, with `continue_final`, ending inside the final assistant message, its text left open for
+    the reply to continue); `template_kwargs` are extra template variables
+    (`check_template_kwargs`), which a tokenizer without a chat template has no use for."""
     extra = check_template_kwargs(template_kwargs)
     if not getattr(tokenizer, "chat_template", None):
         if tools:
             raise InputError("this tokenizer has no chat template, so it cannot render tools")
-        return "\n\n".join(str(m["content"]) for m in messages) + "\n\n"
+        return "\n\n".join(str(m["content"]) for m in messages) + ("" if continue_final
+                                                                   else "\n\n")
     conversation = _arguments_as_dicts(messages)  # its own errors are not the template's
     try:
         text = tokenizer.apply_chat_template(
-            conversation, tools=tools or None, tokenize=False, add_generation_prompt=True, **extra,
+            conversation, tools=tools or None, tokenize=False,
+            add_generation_prompt=not continue_final, continue_final_message=continue_final,
+            **extra,
         )
     except Exception as err:  # jinja raises many types; the user needs the template's own message
         raise InputError("the chat template cannot render this conversation: "

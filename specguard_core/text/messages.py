@@ -6,13 +6,43 @@ Every bad message is an `InputError` up front, naming the message and what to se
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from specguard_core.text.errors import InputError, quoted
 
-__all__ = ["Message", "check_unicode", "content_text", "normalise_messages"]
+__all__ = ["Message", "RawPrompt", "check_unicode", "content_text", "normalise_messages"]
 
 Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RawPrompt:
+    """A prompt the models continue as it is, with no chat template (a completion, not a chat
+    turn; steps still end at the step delimiters): `text`, or `token_ids` in the target's
+    vocabulary; exactly one. Text is tokenized with the tokenizer's special tokens (a BOS where
+    the model has one) unless `add_special_tokens=False`, as vLLM's completions do."""
+
+    text: str | None = None
+    token_ids: tuple[int, ...] | None = None
+    add_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.text is None) == (self.token_ids is None):
+            raise InputError("RawPrompt takes text or token_ids, exactly one")
+        if self.text is not None:
+            if not isinstance(self.text, str):
+                raise InputError(f"RawPrompt text must be a string, got "
+                                 f"{type(self.text).__name__}")
+            check_unicode(self.text, "the prompt")
+        ids = self.token_ids
+        if ids is not None:
+            if isinstance(ids, (str, bytes)) or not all(
+                    isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                raise InputError("RawPrompt token_ids must be a sequence of integer token ids")
+            object.__setattr__(self, "token_ids", tuple(ids))
+        if not self.text and not self.token_ids:
+            raise InputError("the prompt is empty; send at least one token")
 
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
 _TEXT_PARTS = {"text", "input_text", "output_text"}

@@ -73,9 +73,14 @@ class _ChatFields(BaseChatModel):
     max_retries: int = Field(default=2, description="accepted for ChatOpenAI-style code and "
                              "unused: local generation has no transient failures to retry")
     logprobs: bool | None = Field(
-        default=None, description="put each answer token's log-probability, under the model that "
-        "wrote it (raw, before sampling knobs), in response_metadata['logprobs']['content'] "
-        "(ChatOpenAI's shape, no top_logprobs); a call's logprobs= overrides it; None: off")
+        default=None, description="put each answer token's log-probability (raw, before sampling "
+        "knobs; the target's where it wrote or checked the token, the draft's in a step kept "
+        "unchecked) in response_metadata['logprobs']['content'] (ChatOpenAI's shape); a call's "
+        "logprobs= overrides it; None: off")
+    top_logprobs: int | None = Field(
+        default=None, ge=0, le=20, description="with logprobs: the most likely tokens at each "
+        "position, in each entry's top_logprobs (as ChatOpenAI's); a call's top_logprobs= "
+        "overrides it; None: none")
     chat_template_kwargs: dict[str, Any] | None = Field(default=None,
                                                         description=doc.CHAT_TEMPLATE_KWARGS)
     api_key: SecretStr | None = Field(

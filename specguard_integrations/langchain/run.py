@@ -24,7 +24,8 @@ from specguard_core.engine.loop import GenerationStream
 from specguard_core.text.chat import check_template_kwargs
 from specguard_core.text.errors import PromptTooLong
 from specguard_core.text.formats import with_instruction
-from specguard_core.types import StepRecord
+from specguard_core.text.logprobs import Decode, answer_logprobs
+from specguard_core.types import StepSource
 from specguard_integrations.common import base_config, knob_overrides, request_config
 from specguard_integrations.fields import KNOBS
 from specguard_integrations.langchain.convert import (
@@ -40,14 +41,14 @@ from specguard_integrations.langchain.tokens import TokenCounts
 
 # the per-call keywords besides SpecGuardConfig fields (named in the unknown-keyword error)
 CALL_KEYS = {"tools", "tool_choice", "response_format", "parallel_tool_calls", "model",
-             "max_tokens", "stop", "logprobs", "chat_template_kwargs"}
+             "max_tokens", "stop", "logprobs", "top_logprobs", "chat_template_kwargs"}
 
 
 class Run:
     """One generation: opens the engine stream, yields translated chunks, always closes it."""
 
     def __init__(self, start: Callable[[], tuple[GenerationStream, tuple[str, ...]]],
-                 decode: Callable[[StepRecord, int], tuple[str, bytes] | None] | None = None) -> None:
+                 decode: Decode | None = None) -> None:
         self._start, self._decode = start, decode
         self.stream: GenerationStream | None = None
         self.result: GenerationResult | None = None
@@ -63,7 +64,7 @@ class Run:
             last = final_chunk(stream.result)
             if self._decode is not None:  # asked for logprobs: ChatOpenAI's metadata shape
                 last.response_metadata["logprobs"] = {
-                    "content": stream.result.answer_logprobs(self._decode), "refusal": None}
+                    "content": answer_logprobs(stream.result, self._decode), "refusal": None}
             yield ChatGenerationChunk(message=last)
         finally:
             stream.close()
@@ -92,6 +93,7 @@ class Calls(TokenCounts):
     if TYPE_CHECKING:  # fields of ChatSpecGuard
         model: str | None
         logprobs: bool | None
+        top_logprobs: int | None
         timeout: float | None
 
     def _config(self, engine: SpecGuardEngine | None, call: dict[str, Any],
@@ -123,9 +125,11 @@ class Calls(TokenCounts):
         requested = call.pop("model", None)
         logprobs = call.pop("logprobs", None)
         logprobs = self.logprobs if logprobs is None else logprobs
+        top = call.pop("top_logprobs", None)
+        top = (self.top_logprobs if top is None else top) if logprobs else 0
         template = {**check_template_kwargs(self.chat_template_kwargs),
                     **check_template_kwargs(call.pop("chat_template_kwargs", None))}
-        rendering = {"chat_template_kwargs": template} if template else {}
+        rendering: dict[str, Any] = {"chat_template_kwargs": template} if template else {}
         self._config(self._ready_engine(), call, stop)  # bad keywords fail before any loading
         converted = [to_engine_message(m) for m in messages]
         if response_format:
@@ -139,13 +143,15 @@ class Calls(TokenCounts):
                 stream = engine.stream(converted, tools=tools, tool_choice=choice,
                                        response_format=response_format, config=cfg,
                                        timeout=self.timeout,
-                                       parallel_tool_calls=parallel is not False, **rendering)
+                                       parallel_tool_calls=parallel is not False,
+                                       top_logprobs=top or 0, **rendering)
             except PromptTooLong as err:  # LangChain's error for it, so middleware can trim
                 raise SpecGuardContextOverflowError.of(err) from None
             return stream, cfg.stop
 
-        decode = (lambda step, token: self.engine.token_text(step, token)) if logprobs else None
-        return Run(start, decode=decode)
+        def decode(source: StepSource, token: int, eos: bool) -> tuple[str, bytes] | None:
+            return self.engine.token_text(source, token, eos)
+        return Run(start, decode=decode if logprobs else None)
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None,

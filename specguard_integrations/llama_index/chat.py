@@ -24,7 +24,8 @@ from llama_index.core.base.llms.types import (
 
 from specguard_core.config import SpecGuardConfig, override_names
 from specguard_core.engine.aio import iterate_in_thread
-from specguard_core.text.chat import check_template_kwargs
+from specguard_core.text.chat import RawPrompt, check_template_kwargs
+from specguard_core.text.logprobs import RunTokens
 from specguard_core.types import GenerationResult, StepRecord
 from specguard_integrations.common import base_config, knob_overrides, request_config
 from specguard_integrations.engines import EngineOwner
@@ -71,6 +72,7 @@ class ChatCalls(EngineOwner):
 
     if TYPE_CHECKING:  # fields of SpecGuardLLM
         logprobs: bool
+        top_logprobs: int
         timeout: float | None
         chat_template_kwargs: dict[str, Any] | None
 
@@ -78,7 +80,7 @@ class ChatCalls(EngineOwner):
                 ) -> SpecGuardConfig:
         """The call's SpecGuardConfig: config/preset (else the engine's) < knob fields <
         per-call options (`max_tokens`, `stop` and SpecGuardConfig fields)."""
-        unknown = sorted(set(options) - override_names() - {"max_tokens"})
+        unknown = sorted(set(options) - override_names() - {"max_tokens", "top_logprobs"})
         if unknown:
             raise ValueError(f"SpecGuardLLM got unknown option(s) {unknown}; per-call options are "
                              "tools, tool_choice, response_format, chat_template_kwargs, "
@@ -93,6 +95,8 @@ class ChatCalls(EngineOwner):
         """Keyword arguments for `engine.stream`."""
         options = {k: v for k, v in kwargs.items() if v is not None}
         logprobs = bool(options.pop("logprobs", self.logprobs))
+        top = int(options.pop("top_logprobs", self.top_logprobs)) if logprobs else 0
+        formatted = bool(options.pop("formatted", False))  # complete(formatted=True): raw
         tools = options.pop("tools", None)
         tool_choice = options.pop("tool_choice", "auto")
         response_format = options.pop("response_format", None)
@@ -100,9 +104,11 @@ class ChatCalls(EngineOwner):
         template = {**check_template_kwargs(self.chat_template_kwargs),
                     **check_template_kwargs(options.pop("chat_template_kwargs", None))}
         self._config(self._ready_engine(), options)  # bad options fail here, before any loading
-        return {"messages_or_prompt": to_engine_messages(messages), "tools": tools,
+        prompt = RawPrompt(str(messages[-1].content or "")) if formatted else \
+            to_engine_messages(messages)
+        return {"messages_or_prompt": prompt, "tools": tools,
                 "tool_choice": tool_choice, "response_format": response_format,
-                "parallel_tool_calls": parallel,
+                "parallel_tool_calls": parallel, "top_logprobs": top,
                 "rendering": {"chat_template_kwargs": template} if template else {},
                 "options": options, "logprobs": logprobs}
 
@@ -114,14 +120,14 @@ class ChatCalls(EngineOwner):
                              timeout=self.timeout)
 
     def _open_turn(self, request: dict[str, Any]) -> tuple[GenerationStream, Turn]:
-        if request["logprobs"]:
-            raise ValueError("SpecGuardLLM returns logprobs from chat/achat only; a streamed "
-                             "call does not carry them: stream without logprobs=True")
         stream = self._open(request)
         tools = None if request["tool_choice"] == "none" else request["tools"]
         prompt = self.engine.prompt_ids(request["messages_or_prompt"], tools,
                                         **request["rendering"])
-        return stream, Turn(prompt_tokens=len(prompt))
+        raw = isinstance(request["messages_or_prompt"], RawPrompt)
+        tokens = RunTokens(self.engine.token_text, answer_only=not raw) if request["logprobs"] \
+            else None
+        return stream, Turn(prompt_tokens=len(prompt), tokens=tokens, raw=raw)
 
     # ---- chat: undecorated bodies, so that complete() is one LLM event, not two ------------
     def _chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
@@ -132,9 +138,13 @@ class ChatCalls(EngineOwner):
         return self._response(stream.result, request)
 
     def _response(self, result: GenerationResult, request: dict[str, Any]) -> ChatResponse:
+        raw = isinstance(request["messages_or_prompt"], RawPrompt)
         if not request["logprobs"]:
-            return chat_response(result)
-        return chat_response(result, result.answer_logprobs(self.engine.token_text))
+            return chat_response(result, raw=raw)
+        tokens = RunTokens(self.engine.token_text, answer_only=not raw)
+        for step in result.steps:
+            tokens.add(step)
+        return chat_response(result, tokens.take(len(result.raw_text.encode("utf-8"))), raw=raw)
 
     def _stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         stream, turn = self._open_turn(self._request(messages, kwargs))

@@ -20,6 +20,7 @@ from llama_index.core.base.llms.types import (
 )
 from llama_index.core.llms.llm import ToolSelection
 
+from specguard_core.text.logprobs import RunTokens, TokenEntry, finite
 from specguard_core.text.steps import StepRules, strip_markers
 from specguard_core.text.tool_calls import surfaced
 from specguard_core.types import GenerationResult, StepRecord, ToolCall
@@ -140,16 +141,24 @@ def trace(result: GenerationResult) -> dict[str, Any]:
             "invalid_tool_calls": [asdict(c) for c in result.invalid_tool_calls]}
 
 
-def chat_response(result: GenerationResult,
-                  logprobs: list[dict[str, Any]] | None = None) -> ChatResponse:
-    """The finished turn; `logprobs` (OpenAI's `logprobs.content` entries,
-    `GenerationResult.answer_logprobs`) become LlamaIndex's `[[LogProb]]`, one chosen token per
-    position and no alternatives."""
+def logprob_rows(entries: Sequence[TokenEntry]) -> list[list[LogProb]]:
+    """LlamaIndex's `[[LogProb]]`: per position the chosen token, then the other most likely
+    ones (`top_logprobs`) with their log-probabilities."""
+    return [[LogProb(token=e.token, logprob=finite(e.logprob or 0.0), bytes=list(e.raw))] +
+            [LogProb(token=t, logprob=finite(lp), bytes=list(b)) for t, b, lp in e.top
+             if t != e.token] for e in entries]
+
+
+def chat_response(result: GenerationResult, logprobs: Sequence[TokenEntry] | None = None,
+                  raw: bool = False) -> ChatResponse:
+    """The finished turn; `logprobs` (the answer's tokens: `text.logprobs.RunTokens`) as
+    `logprob_rows`. `raw` (a completion of a formatted prompt): the content is everything
+    written, as it was written (`GenerationResult.raw_text`)."""
     usage = result.usage
+    content, thinking = (result.raw_text, "") if raw else (result.text, result.reasoning)
     return ChatResponse(
-        logprobs=None if logprobs is None else [
-            [LogProb(token=e["token"], logprob=e["logprob"], bytes=e["bytes"])] for e in logprobs],
-        message=_message(result.text, result.reasoning, surfaced(result.calls_written)),
+        logprobs=None if logprobs is None else logprob_rows(logprobs),
+        message=_message(content, thinking, surfaced(result.calls_written)),
         raw={"model": result.model_name, "finish_reason": result.finish_reason,
              "usage": _usage(usage.prompt_tokens, usage.completion_tokens)},
         additional_kwargs={"specguard": trace(result)},
@@ -166,12 +175,19 @@ class Turn:
     calls: list[ToolCall] = field(default_factory=list)
     completion_tokens: int = 0
     last: ChatResponse | None = None
+    tokens: RunTokens | None = None  # logprobs asked for: each chunk carries its tokens'
+    raw: bool = False  # a completion of a formatted prompt: every step is text, as written
 
     def add(self, step: StepRecord) -> ChatResponse:
-        """The chunk for one committed step (its delta, the message so far)."""
+        """The chunk for one committed step (its delta, the message so far, its tokens)."""
         self.completion_tokens += len(step.token_ids)
         delta, thinking_delta = "", None
-        if step.kind == "answer":
+        if self.tokens is not None:
+            self.tokens.add(step)
+        if self.raw:
+            delta = step.text
+            self.content += delta
+        elif step.kind == "answer":
             delta = step.text
             self.content += delta
         elif step.kind == "reasoning":
@@ -180,8 +196,10 @@ class Turn:
         elif step.tool_call is not None:
             self.calls += surfaced([step.tool_call])
         self.last = ChatResponse(
-            message=_message(self.content.strip(), self.thinking.strip(), self.calls),
+            message=_message(self.content if self.raw else self.content.strip(),
+                             self.thinking.strip(), self.calls),
             delta=delta,
+            logprobs=None if self.tokens is None else logprob_rows(self.tokens.take()),
             raw={"usage": _usage(self.prompt_tokens, self.completion_tokens)},
             additional_kwargs={"thinking_delta": thinking_delta,
                                "specguard_step": step.trace()},
@@ -192,7 +210,7 @@ class Turn:
         """At the end of the stream: the last chunk already sent now carries the finished call
         (message, raw, whole trace) and None is returned; with no step streamed, the finished
         call is returned as the one chunk to send."""
-        final = chat_response(result)
+        final = chat_response(result, raw=self.raw)
         if self.last is None:
             return final
         self.last.message, self.last.raw = final.message, final.raw

@@ -87,8 +87,13 @@ class _LLMFields(FunctionCallingLLM):
     beta: float | None = Field(default=None, ge=0.0, le=1.0, description=doc.knob("beta"))
     max_steps: int | None = Field(default=None, ge=1, description=doc.knob("max_steps"))
     logprobs: bool = Field(default=False, description="put each answer token's log-probability "
-                           "(under the model that wrote it) in ChatResponse.logprobs (chat only); "
-                           "a call's logprobs= overrides it; False: off")
+                           "(the target's where it wrote or checked the token, the draft's in a "
+                           "step kept unchecked) in ChatResponse.logprobs, each streamed "
+                           "response holding its own tokens'; a call's logprobs= overrides it; "
+                           "False: off")
+    top_logprobs: int = Field(default=0, ge=0, le=20, description="with logprobs: the most "
+                              "likely tokens at each position after the chosen one; a call's "
+                              "top_logprobs= overrides it")
 
 
 class SpecGuardLLM(ToolCalls, ChatCalls, LoaderFields, _LLMFields):
@@ -185,23 +190,25 @@ class SpecGuardLLM(ToolCalls, ChatCalls, LoaderFields, _LLMFields):
                            ) -> ChatResponseAsyncGen:
         return await self._astream_chat(messages, **kwargs)
 
-    # ---- complete (LlamaIndex's own chat-to-completion helpers over the bodies) ------------
+    # ---- complete (LlamaIndex's own chat-to-completion helpers over the bodies); a formatted
+    # prompt (formatted=True) is continued as it is, with no chat template ------------------
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any
                  ) -> CompletionResponse:
-        return chat_to_completion_decorator(self._chat)(prompt, **kwargs)
+        return chat_to_completion_decorator(self._chat)(prompt, formatted=formatted, **kwargs)
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
                         ) -> CompletionResponseGen:
-        return stream_chat_to_completion_decorator(self._stream_chat)(prompt, **kwargs)
+        return stream_chat_to_completion_decorator(self._stream_chat)(prompt, formatted=formatted, **kwargs)
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any
                         ) -> CompletionResponse:
-        return await achat_to_completion_decorator(self._achat)(prompt, **kwargs)
+        return await achat_to_completion_decorator(self._achat)(prompt, formatted=formatted, **kwargs)
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any
                                ) -> CompletionResponseAsyncGen:
-        return await astream_chat_to_completion_decorator(self._astream_chat)(prompt, **kwargs)
+        return await astream_chat_to_completion_decorator(self._astream_chat)(
+            prompt, formatted=formatted, **kwargs)

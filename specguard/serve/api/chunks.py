@@ -12,11 +12,13 @@ from typing import Any
 from openai import BaseModel
 from openai.types import Completion, CompletionChoice
 from openai.types.chat import ChatCompletionChunk
-from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
+from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta, ChoiceLogprobs
+from openai.types.completion_choice import Logprobs
 
 from specguard.serve.api import wire
 from specguard.serve.api.convert import openai_tool_call, usage
 from specguard.serve.api.untrusted import encodable
+from specguard_core.text.logprobs import RunTokens, TokenEntry
 from specguard_core.text.steps import StepRules, strip_markers
 from specguard_core.types import GenerationResult, StepRecord
 
@@ -29,12 +31,16 @@ class StepDeltas:
     stripped) and only its settled part is sent, i.e. trailing whitespace and a tail that could
     still become a stop string are held back until the next step or `flush`. Reasoning goes to
     `reasoning` and `reasoning_content` (vLLM's names, now and before); tool calls
-    (`ToolCall.shown`: valid ones and those naming a tool) are numbered in order."""
+    (`ToolCall.shown`: valid ones and those naming a tool) are numbered in order. `raw`: the
+    text is every step's, as written (a completion), not the answer. `tokens`: the run's tokens
+    with their log-probabilities, released with the text they start in (`logprobs`)."""
 
-    def __init__(self, stops: Sequence[str]) -> None:
+    def __init__(self, stops: Sequence[str], raw: bool = False,
+                 tokens: RunTokens | None = None) -> None:
         self.stops = tuple(s for s in stops if s)
         self.steps: list[tuple[str, str]] = []  # (kind, text) of every committed step
         self.sent, self.n_calls = "", 0
+        self.as_written, self.tokens, self.settled = raw, tokens, 0
 
     @property
     def raw(self) -> str:
@@ -60,7 +66,8 @@ class StepDeltas:
             if kind == "answer":
                 out.append(text[:max(0, end - pos)])
             pos += len(text)
-        return "".join(out).strip()
+        text = "".join(out)  # kept as written right before a stop string, as the result keeps it
+        return text.lstrip() if self._stop_at(self.raw) is not None else text.strip()
 
     def _send(self, text: str) -> dict[str, Any]:
         if not text.startswith(self.sent):  # cannot happen: settled text only grows
@@ -71,6 +78,11 @@ class StepDeltas:
     def delta(self, step: StepRecord) -> dict[str, Any]:
         before = self.raw
         self.steps.append((step.kind, step.text))
+        if self.tokens is not None:
+            self.tokens.add(step)
+        self.settled = self._settled_end(self.raw)
+        if self.as_written:
+            return self._send(self.raw[: self.settled])
         if step.kind == "reasoning":
             full = before + step.text
             cut = self._stop_at(full)
@@ -84,12 +96,21 @@ class StepDeltas:
             self.n_calls += 1
             return {"tool_calls": [{"index": self.n_calls - 1,
                                     **openai_tool_call(call).model_dump(exclude_unset=True)}]}
-        raw = self.raw
-        return self._send(self._answer(self._settled_end(raw)))
+        return self._send(self._answer(self.settled))
 
     def flush(self, final_text: str) -> dict[str, Any]:
         """The rest of the answer once the run is over (`GenerationResult.text`)."""
         return self._send(final_text)
+
+    def logprobs(self, final: bool = False) -> list[TokenEntry] | None:
+        """The tokens whose text settled since the last call (None when none were asked for);
+        `final` (the run is over): the rest of them, up to the stop string that cut the text."""
+        if self.tokens is None:
+            return None
+        if not final:
+            return self.tokens.take(len(self.raw[: self.settled].encode("utf-8")))
+        cut = self._stop_at(self.raw)
+        return self.tokens.take(None if cut is None else len(self.raw[:cut].encode("utf-8")))
 
 
 def _fields(rid: str, obj: str, created: int, model: str, choice: BaseModel,
@@ -107,20 +128,25 @@ def _fields(rid: str, obj: str, created: int, model: str, choice: BaseModel,
 
 def chat_chunk(rid: str, model: str, created: int, delta: dict[str, Any],
                finish: str | None = None, trace: dict[str, Any] | None = None,
-               include_usage: bool = False, index: int = 0) -> ChatCompletionChunk:
-    """A `chat.completion.chunk`; `delta`: `ChoiceDelta`'s fields (and vLLM's reasoning)."""
-    choice = Choice(index=index, delta=ChoiceDelta(**delta), logprobs=None, finish_reason=finish)
+               include_usage: bool = False, index: int = 0,
+               logprobs: list[TokenEntry] | None = None) -> ChatCompletionChunk:
+    """A `chat.completion.chunk`; `delta`: `ChoiceDelta`'s fields (and vLLM's reasoning);
+    `logprobs`: the tokens of this chunk, as `logprobs.content` (None: none asked for)."""
+    lp = None if logprobs is None else ChoiceLogprobs(content=[e.chat() for e in logprobs])
+    choice = Choice(index=index, delta=ChoiceDelta(**delta), logprobs=lp, finish_reason=finish)
     return ChatCompletionChunk(**_fields(rid, "chat.completion.chunk", created, model, choice,
                                          trace, include_usage))
 
 
 def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None = None,
                      trace: dict[str, Any] | None = None,
-                     include_usage: bool = False, index: int = 0) -> Completion:
+                     include_usage: bool = False, index: int = 0,
+                     logprobs: Logprobs | None = None) -> Completion:
     """A streamed `text_completion`. OpenAI's `CompletionChoice` requires a finish_reason, which a
     chunk before the last has as null (OpenAI and vLLM send it so, and the SDK reads chunks
-    without validating them): the choice is validated as finished, then given the real one."""
-    choice = CompletionChoice(index=index, text=text, logprobs=None,
+    without validating them): the choice is validated as finished, then given the real one.
+    `logprobs`: this chunk's tokens (`completions.logprobs_object`)."""
+    choice = CompletionChoice(index=index, text=text, logprobs=logprobs,
                               finish_reason=finish or "stop")
     choice.finish_reason = finish  # type: ignore[assignment]
     return Completion(**_fields(rid, "text_completion", created, model, choice, trace,
@@ -128,12 +154,13 @@ def completion_chunk(rid: str, model: str, created: int, text: str, finish: str 
 
 
 def usage_chunk(rid: str, model: str, created: int, obj: str,
-                result: GenerationResult | Sequence[GenerationResult]
+                result: GenerationResult | Sequence[GenerationResult], n: int | None = None
                 ) -> ChatCompletionChunk | Completion:
-    """The extra last chunk of `stream_options.include_usage`: no choices, the runs' usage."""
+    """The extra last chunk of `stream_options.include_usage`: no choices, the runs' usage (`n`
+    runs per prompt: `convert.usage`)."""
     kind = ChatCompletionChunk if obj == "chat.completion.chunk" else Completion
     return kind(id=rid, object=obj, created=created, model=model, choices=[],
-                usage=usage(result))
+                usage=usage(result, n))
 
 
 def sse(data: wire.Response | dict[str, Any] | str) -> str:

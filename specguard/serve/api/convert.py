@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from openai.types import Completion, CompletionChoice, CompletionUsage
+from openai.types import Completion, CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageToolCall
 from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
 from openai.types.chat.chat_completion_message_tool_call import Function
@@ -99,10 +99,12 @@ def chat_finish(result: GenerationResult, calls: Sequence[ToolCall] | None = Non
     return openai_finish(result.finish_reason)
 
 
-def usage(result: GenerationResult | Sequence[GenerationResult]) -> CompletionUsage:
-    """OpenAI's usage of one run, or of the runs of n choices (the prompt counted once)."""
+def usage(result: GenerationResult | Sequence[GenerationResult], n: int | None = None
+          ) -> CompletionUsage:
+    """OpenAI's usage of one run, or of the runs of n choices (the prompt counted once), or of
+    several prompts' runs, `n` each (each prompt counted once)."""
     results = [result] if isinstance(result, GenerationResult) else list(result)
-    prompt = results[0].usage.prompt_tokens
+    prompt = sum(r.usage.prompt_tokens for r in results[:: n or len(results)])
     completion = sum(r.usage.completion_tokens for r in results)
     out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
                            "total_tokens": prompt + completion}
@@ -151,15 +153,17 @@ def run_trace(result: GenerationResult, steps: bool = True) -> dict[str, Any]:
 
 
 def chat_response(result: GenerationResult, rid: str, model: str,
-                  logprobs: list[dict[str, Any]] | None = None) -> ChatCompletion:
+                  logprobs: list[dict[str, Any]] | None = None, echo: str = ""
+                  ) -> ChatCompletion:
     """A `chat.completion` object. `tool_calls` holds `answered_calls`. `logprobs`: the answer's
-    `logprobs.content` entries (`GenerationResult.answer_logprobs`)."""
-    message: dict[str, Any] = {"role": "assistant", "content": result.text or None,
+    `logprobs.content` entries (`text.logprobs.answer_logprobs`); `echo`: the text the content
+    starts with (vLLM's `echo`: the assistant message the reply continued)."""
+    message: dict[str, Any] = {"role": "assistant", "content": (echo + result.text) or None,
                                "refusal": None}
     calls = answered_calls(result)
     if calls:
         message["tool_calls"] = [openai_tool_call(c) for c in calls]
-    elif not result.text:
+    elif not message["content"]:
         message["content"] = ""
     if result.reasoning:  # vLLM's two names: `reasoning` now, `reasoning_content` before
         message["reasoning"] = message["reasoning_content"] = result.reasoning
@@ -169,14 +173,6 @@ def chat_response(result: GenerationResult, rid: str, model: str,
                     finish_reason=chat_finish(result, calls))
     return ChatCompletion(id=rid, object="chat.completion", created=int(time.time()), model=model,
                           choices=[choice], usage=usage(result), specguard=run_trace(result))
-
-
-def completion_response(result: GenerationResult, rid: str, model: str) -> Completion:
-    """A `text_completion` object: the answer text (reasoning in the trace only)."""
-    choice = CompletionChoice(index=0, text=result.text, logprobs=None,
-                              finish_reason=openai_finish(result.finish_reason))
-    return Completion(id=rid, object="text_completion", created=int(time.time()), model=model,
-                      choices=[choice], usage=usage(result), specguard=run_trace(result))
 
 
 def merge_choices(bodies: Sequence[ChatCompletion | Completion],

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from specguard.serve.api import checks
 from specguard.serve.api.extension import MAX_STOPS, Limits, SpecGuardExtension, stops_ok
 
 MAX_N = 16  # choices per request (each is a full engine run)
+MAX_RUNS = 64  # /v1/completions: prompts x n per request (one engine run each)
+MAX_TOP_LOGPROBS = 20  # alternatives per token (vLLM's default --max-logprobs)
 
 
 class StreamOptions(BaseModel):
@@ -64,15 +66,16 @@ class _Sampling(BaseModel):
     stream_options: StreamOptions | None = None
     n: int | None = Field(None, ge=1, le=MAX_N, description="choices: one engine run each, with "
                           "seeds seed, seed+1, ...")
-    logprobs: bool | int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     # vLLM's request fields, accepted at the values that are what this server does anyway
     skip_special_tokens: bool | None = None  # true: special tokens are never in the text
     include_stop_str_in_output: bool | None = None  # false: a stop string ends the text
     min_tokens: int | None = Field(None, ge=0)  # 0: no minimum
+    ignore_eos: bool | None = None  # false: the end-of-turn token ends the reply
+    spaces_between_special_tokens: bool | None = None  # true: special tokens are not in the text
     # SpecGuard's own per-request knobs (sampling and algorithm knobs of SpecGuardConfig: k, tau,
     # beta, ...), sent by OpenAI clients as `extra_body={"specguard": {...}}`
     specguard: SpecGuardExtension | None = None
@@ -93,7 +96,9 @@ class _Sampling(BaseModel):
         """The OpenAI (and vLLM) fields as `SpecGuardConfig` overrides, those set only."""
         knobs = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                  "min_p": self.min_p, "repetition_penalty": self.repetition_penalty,
-                 "seed": self.seed, "stop": self.stops(), "max_new_tokens": self.token_limit()}
+                 "presence_penalty": self.presence_penalty,
+                 "frequency_penalty": self.frequency_penalty,
+                 "seed": self.seed, "stop": self.stops(), "max_new_tokens": self.token_limit() or None}
         return {k: v for k, v in knobs.items() if v is not None}
 
     def problems(self, limits: Limits) -> list[tuple[str, str]]:
@@ -120,19 +125,12 @@ class _Sampling(BaseModel):
     def unsupported(self) -> list[tuple[str, str]]:
         """(field, why) for every field set to something this server cannot do."""
         bad = []
-        if self.logprobs not in (None, False, 0) and (self.stream or not isinstance(
-                self, ChatCompletionRequest) or self.logprobs is not True):
-            bad.append(("logprobs", "logprobs are supported on /v1/chat/completions without "
-                                    "stream (logprobs=true, top_logprobs unset or 0); the steps' "
-                                    "draft signals are in the `specguard` field of every response"))
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) not in (None, 0, 0.0):
-                bad.append((name, f"{name} is not supported; leave it unset or 0"))
         if self.logit_bias:
             bad.append(("logit_bias", "logit_bias is not supported"))
         if self.stream_options is not None and not self.stream:
             bad.append(("stream_options", "stream_options is only allowed with stream=true"))
-        no_ops = {"skip_special_tokens": True, "include_stop_str_in_output": False, "min_tokens": 0}
+        no_ops = {"skip_special_tokens": True, "include_stop_str_in_output": False, "min_tokens": 0,
+                  "ignore_eos": False, "spaces_between_special_tokens": True}
         for name, default in no_ops.items():
             if getattr(self, name) not in (None, default):
                 bad.append((name, f"{name} is supported at {str(default).lower()} only (what this "
@@ -151,12 +149,17 @@ class ChatCompletionRequest(_Sampling):
     # any JSON: `checks.tool_choice_problems` takes OpenAI's forms only, with one message
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None  # false: the reply ends with its first call
-    continue_final_message: bool | None = None  # vLLM's; false (a new assistant turn) only
     response_format: dict[str, Any] | None = None
     # vLLM's: extra chat-template variables (e.g. Qwen3's {"enable_thinking": false})
     chat_template_kwargs: Any = None
     max_completion_tokens: int | None = Field(None, ge=1)
-    top_logprobs: int | None = None
+    # log-probabilities of the answer's tokens, and the most likely alternatives of each
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    # vLLM's (transformers') chat-template flags: unset, a final assistant message is continued
+    continue_final_message: bool | None = None
+    add_generation_prompt: bool | None = None
+    echo: bool | None = None  # vLLM's: the reply starts with the continued message's text
     functions: list[dict[str, Any]] | None = None
     function_call: str | dict[str, Any] | None = None
     modalities: list[str] | None = None
@@ -173,11 +176,13 @@ class ChatCompletionRequest(_Sampling):
 
     def unsupported(self) -> list[tuple[str, str]]:
         bad = super().unsupported()
-        if self.top_logprobs not in (None, 0):
-            bad.append(("top_logprobs", "top_logprobs is not supported"))
-        if self.continue_final_message:
-            bad.append(("continue_final_message", "continue_final_message is not supported: "
-                                                  "every request starts a new assistant turn"))
+        if self.top_logprobs and not self.logprobs:
+            bad.append(("top_logprobs", "top_logprobs needs logprobs=true"))
+        if self.continue_final_message and self.add_generation_prompt:
+            bad.append(("continue_final_message", "continue_final_message and "
+                                                  "add_generation_prompt cannot both be true: "
+                                                  "continue the final message, or start a new "
+                                                  "turn"))
         if self.functions is not None or self.function_call is not None:
             bad.append(("functions", "the legacy functions/function_call fields are not supported; "
                                      "pass the same definitions as tools=[{'type': 'function', "
@@ -196,30 +201,54 @@ class ChatCompletionRequest(_Sampling):
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
+    def continuation(self) -> bool | None:
+        """The engine's `continue_final_message`: as set, else not when a generation prompt is
+        asked for, else (None) when the conversation ends with an assistant message."""
+        if self.continue_final_message is not None:
+            return self.continue_final_message
+        return None if self.add_generation_prompt is None else not self.add_generation_prompt
+
 
 class CompletionRequest(_Sampling):
-    """POST /v1/completions. The prompt is sent to the engine as one user message (the engine
-    always uses the chat template), so this is a convenience over chat, not raw continuation."""
+    """POST /v1/completions: raw continuation, no chat template. `prompt` is a string, a list of
+    token ids, or a list of either (one run per prompt, choices prompt by prompt); `echo` puts
+    the prompt before the completion, `logprobs=N` each token's log-probability and its N most
+    likely alternatives (the prompt's too with `echo`, from the target's pass over it);
+    `max_tokens=0` with `echo` writes nothing (how lm-eval scores a text)."""
 
-    prompt: str | list[str]
-    suffix: str | None = None
+    prompt: StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]]
+    max_tokens: int | None = Field(None, ge=0)
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool | None = None
+    add_special_tokens: bool | None = None  # vLLM's: a text prompt's BOS (true by default)
+    suffix: str | None = None
     best_of: int | None = None
 
     def unsupported(self) -> list[tuple[str, str]]:
         bad = super().unsupported()
-        if isinstance(self.prompt, list) and len(self.prompt) != 1:
-            bad.append(("prompt", "send exactly one prompt per request (a string)"))
+        prompts = self.prompts()
+        if not prompts or any(not p for p in prompts):
+            bad.append(("prompt", "the prompt is empty; send text or at least one token id"))
+        elif len(prompts) * self.choices > MAX_RUNS:
+            bad.append(("prompt", f"prompts x n is at most {MAX_RUNS} per request (each is one "
+                                  "run); send fewer prompts per request"))
+        if any(isinstance(p, list) and any(t < 0 for t in p) for p in prompts):
+            bad.append(("prompt", "token ids are never negative"))
+        if self.max_tokens == 0 and not self.echo:
+            bad.append(("max_tokens", "max_tokens=0 writes nothing; it is for scoring the prompt "
+                                      "with echo=true (and logprobs)"))
         if self.suffix:
             bad.append(("suffix", "suffix (insertion) is not supported"))
-        if self.echo:
-            bad.append(("echo", "echo is not supported"))
         if self.best_of not in (None, 1):
             bad.append(("best_of", "best_of > 1 is not supported"))
         return bad
 
-    def text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, each a text or token ids."""
+        p = self.prompt
+        if isinstance(p, str) or (p and all(isinstance(t, int) for t in p)):
+            return [p]  # type: ignore[list-item]
+        return list(p)  # type: ignore[arg-type]
 
 
 ErrorType = Literal["invalid_request_error", "authentication_error", "not_found_error",

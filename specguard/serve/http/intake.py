@@ -13,7 +13,7 @@ import secrets
 from typing import TypeVar
 
 from fastapi import Request
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from specguard.serve.api.protocol import ChatCompletionRequest, CompletionRequest
@@ -23,6 +23,7 @@ from specguard.serve.http.settings import ServeSettings
 from specguard.serve.http.slots import APIError
 
 Req = TypeVar("Req", ChatCompletionRequest, CompletionRequest)
+Body = TypeVar("Body", bound=BaseModel)
 
 
 def authorise(settings: ServeSettings, request: Request) -> None:
@@ -50,13 +51,38 @@ async def parse(settings: ServeSettings, model_name: str, request: Request,
     worker thread, so a large body never holds up other requests (`/health` included)."""
     authorise(settings, request)
     raw = await request.body()
-    req, request.state.sent = await run_in_threadpool(_validated, settings, model_name, raw,
-                                                      model)
+    req, request.state.sent = await run_in_threadpool(_checked, settings, model_name, raw, model)
     return req
 
 
-def _validated(settings: ServeSettings, model_name: str, raw: bytes,
-               model: type[Req]) -> tuple[Req, frozenset[str]]:
+def _checked(settings: ServeSettings, model_name: str, raw: bytes,
+             model: type[Req]) -> tuple[Req, frozenset[str]]:
+    """`raw` as `model` (`_validated`), within the operator's limits and for the served model."""
+    checked: tuple[Req, frozenset[str]] = _validated(raw, model)
+    req = checked[0]
+    for param, why in [*req.unsupported(), *req.problems(settings.limits)]:
+        raise APIError(400, why, param=param, code="unsupported_parameter")
+    check_model(req.model, model_name)
+    return checked
+
+
+def check_model(name: str | None, model_name: str) -> None:
+    """A 404 unless `name` is the served model's (None: not named, as /tokenize allows)."""
+    if name is not None and name != model_name:
+        raise APIError(404, f"the model named in the request does not exist; this server "
+                       f"serves {model_name!r} (GET /v1/models)", "not_found_error", "model",
+                       "model_not_found")
+
+
+async def parse_body(settings: ServeSettings, request: Request, model: type[Body]) -> Body:
+    """The authorised request's body, decoded and validated as `model` on a worker thread."""
+    authorise(settings, request)
+    raw = await request.body()
+    body, request.state.sent = await run_in_threadpool(_validated, raw, model)
+    return body
+
+
+def _validated(raw: bytes, model: type[Body]) -> tuple[Body, frozenset[str]]:
     """`raw` as `model` (an APIError for anything wrong with it), and the strings it holds."""
     try:
         body = json.loads(raw)
@@ -73,16 +99,9 @@ def _validated(settings: ServeSettings, model_name: str, raw: bytes,
         raise APIError(400, "the request body must be a JSON object")
     if problem := body_problem(body):
         raise APIError(400, problem[0], param=problem[1])
-    sent = client_strings(body)
+    strings = client_strings(body)
     try:
-        req: Req = model.model_validate(body)
+        return model.model_validate(body), strings
     except ValidationError as err:
         message, param = validation_message(err)
         raise APIError(400, message, param=param) from None
-    for param, why in [*req.unsupported(), *req.problems(settings.limits)]:
-        raise APIError(400, why, param=param, code="unsupported_parameter")
-    if req.model != model_name:
-        raise APIError(404, f"the model named in the request does not exist; this server "
-                       f"serves {model_name!r} (GET /v1/models)", "not_found_error", "model",
-                       "model_not_found")
-    return req, sent

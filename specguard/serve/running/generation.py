@@ -28,15 +28,18 @@ from specguard.serve.http.intake import sent
 from specguard.serve.http.metrics import Metrics, outcome_of
 from specguard.serve.http.settings import ServeSettings
 from specguard.serve.http.slots import APIError, ClientGone, Lease, Slots
+from specguard.serve.running.events import Events
 from specguard.serve.running.streaming import Buffers, EventStream, JSONBody, Put, Relay
 from specguard_core.config import SpecGuardConfig
 from specguard_core.engine.aio import iterate_in_thread
+from specguard_core.text.logprobs import answer_logprobs
 from specguard_core.types import GenerationResult
 
 if TYPE_CHECKING:
     from specguard_core.engine.loop import GenerationStream, SpecGuardEngine
 
-Build = Callable[..., ChatCompletion | Completion]
+# the response of a request's runs (prompts x n, prompt by prompt), its id and the model's name
+Build = Callable[[list[GenerationResult], str, str], ChatCompletion | Completion]
 OVERFLOW = chunks.sse({"error": {**error_body(
     "the stream was ended: its client read too slowly and the server's buffer of unread events "
     "(`specguard serve --max-stream-buffer-bytes`) is full; read the stream as it comes, or ask "
@@ -49,13 +52,18 @@ SHUTDOWN = chunks.sse(error_body(
 @dataclass(frozen=True)
 class Call:
     """One opened request: its endpoint ("chat" or "completions"), the client's request, its
-    lease, when it arrived (`time.monotonic()`) and the response builder."""
+    lease, when it arrived (`time.monotonic()`) and the response builder; for a stream, the
+    alternatives per token when log-probabilities were asked for (None: not asked), the text each
+    prompt's choices start with (`echo`), and the choices per prompt."""
 
     endpoint: str
     req: ChatCompletionRequest | CompletionRequest
     lease: Lease
     arrived: float
     build: Build
+    logprobs: int | None = None
+    echo: tuple[str, ...] = ()
+    n: int = 1
 
 
 class Generation:
@@ -76,21 +84,32 @@ class Generation:
             raise APIError(400, client_safe(str(err), sent(request), self.hidden),
                            param="specguard" if req.specguard else None) from None
 
-    def with_logprobs(self, result: GenerationResult, rid: str, model: str) -> ChatCompletion:
-        return convert.chat_response(result, rid, model,
-                                     result.answer_logprobs(self.engine.token_text))
+    def chat_build(self, logprobs: bool, echo: str = "") -> Build:
+        """Chat's response builder: each run a choice, with the answer's log-probabilities when
+        asked for, its content after `echo`."""
+        def build(results: list[GenerationResult], rid: str, model: str) -> ChatCompletion:
+            bodies = [convert.chat_response(
+                r, rid, model, answer_logprobs(r, self.engine.token_text) if logprobs else None,
+                echo) for r in results]
+            merged = convert.merge_choices(bodies, results)
+            assert isinstance(merged, ChatCompletion)
+            return merged
+        return build
 
     def failure(self, err: Exception, request: Request) -> APIError:
         return failure(err, sent(request), self.hidden)
 
-    async def open(self, request: Request, messages: Any, cfgs: list[SpecGuardConfig],
+    async def open(self, request: Request, inputs: list[Any], cfgs: list[SpecGuardConfig],
                    **kwargs: Any) -> Lease:
-        """Admit (one place for all choices), then open the engine's streams: `engine.stream`
-        validates eagerly (tokenises the prompt), on a worker thread, not on the event loop."""
+        """Admit (one place for all choices), then open the engine's streams, `cfgs` (one per
+        choice) for each of `inputs` (a conversation, or the prompts of a completion), prompt
+        by prompt: `engine.stream` validates eagerly (tokenises the prompt), on a worker thread,
+        not on the event loop."""
         self.slots.admit()
         try:
             streams = await asyncio.to_thread(
-                lambda: [self.engine.stream(messages, config=cfg, **kwargs) for cfg in cfgs])
+                lambda: [self.engine.stream(inp, config=cfg, **kwargs)
+                         for inp in inputs for cfg in cfgs])
             return Lease(self.slots, streams)
         except BaseException as err:
             self.slots.leave()
@@ -134,8 +153,7 @@ class Generation:
             lease.release()
         results = [stream.result for stream in lease.streams]
         self.metrics.finished(call.endpoint, results, time.monotonic() - call.arrived)
-        return JSONBody(wire.dump(convert.merge_choices(
-            [call.build(r, rid, self.model_name) for r in results], results)))
+        return JSONBody(wire.dump(call.build(results, rid, self.model_name)))
 
     async def produce(self, request: Request, call: Call, relay: Relay, rid: str, obj: str,
                       stops: tuple[str, ...], include_usage: bool, put: Put) -> None:
@@ -143,36 +161,31 @@ class Generation:
         per committed step (its trace in `specguard.step`), a final chunk with finish_reason and
         the run's trace; then the usage chunk if asked, then [DONE]. Runs in its own task; the
         slot and the request's place are freed as soon as the engine is done."""
-        now, chat, lease, name = int(time.time()), obj == "chat.completion.chunk", call.lease, \
-            self.model_name
-
-        def chunk(index: int, delta: dict[str, Any], finish: str | None = None,
-                  trace: dict[str, Any] | None = None) -> str:
-            return chunks.sse(
-                chunks.chat_chunk(rid, name, now, delta, finish, trace, include_usage, index)
-                if chat else
-                chunks.completion_chunk(rid, name, now, delta.get("content", ""), finish,
-                                         trace, include_usage, index))
-
+        now, chat, lease = int(time.time()), obj == "chat.completion.chunk", call.lease
         try:
             for index, stream in enumerate(lease.streams):
                 async with self.slots.slot(request):
-                    if chat:
-                        put(chunk(index, {"role": "assistant", "content": ""}))
-                    deltas = chunks.StepDeltas(stops)
+                    echo = call.echo[index // call.n] if call.echo else ""
+                    events = Events(self.engine, rid, self.model_name, now, include_usage,
+                                    index, chat, call.logprobs, echo)
+                    for event in events.opening(stream):
+                        put(event)
+                    deltas = events.deltas(stops)
                     async for step in iterate_in_thread(partial(iter, stream), stream.close,
                                                         name="specguard-serve"):
                         self.metrics.step(step)
-                        put(chunk(index, deltas.delta(step), None,
-                                  {"step": convert.step_trace(step)}))
+                        put(events.chunk(deltas.delta(step), deltas.logprobs(), None,
+                                         {"step": convert.step_trace(step)}))
                     result = stream.result
-                    put(chunk(index, deltas.flush(result.text),
-                              convert.chat_finish(result) if chat
-                              else convert.openai_finish(result.finish_reason),
-                              {"run": convert.run_trace(result, steps=False)}))
+                    put(events.chunk(deltas.flush(result.text if chat else result.raw_text),
+                                     deltas.logprobs(final=True),
+                                     convert.chat_finish(result) if chat
+                                     else convert.openai_finish(result.finish_reason),
+                                     {"run": convert.run_trace(result, steps=False)}))
             results = [s.result for s in lease.streams]
             if include_usage:
-                put(chunks.sse(chunks.usage_chunk(rid, name, now, obj, results)))
+                put(chunks.sse(chunks.usage_chunk(rid, self.model_name, now, obj, results,
+                                                  call.n)))
             self.metrics.finished(call.endpoint, results, time.monotonic() - call.arrived)
         except ClientGone:
             self.metrics.ended(call.endpoint, "aborted")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 
@@ -26,7 +27,9 @@ from specguard_core.remote.target import check_served_target
 from specguard_core.text.chat import (
     InputError,
     Message,
+    RawPrompt,
     ToolChoice,
+    continues,
     normalise_messages,
     offered_tools,
     render_prompt,
@@ -35,12 +38,36 @@ from specguard_core.text.errors import PromptTooLong
 from specguard_core.text.formats import ResponseFormat
 from specguard_core.text.steps import StepRules
 
+MAX_TOP_LOGPROBS = 20  # alternatives per token at most (vLLM's default --max-logprobs)
 
-def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
+
+@dataclass(frozen=True)
+class Reading:
+    """How a request reads its input and reports log-probabilities (`SpecGuardEngine.stream`):
+    continue the final assistant message (None: when there is one), the alternatives recorded
+    per token, and whether the target scores the prompt ("only": and nothing is written)."""
+
+    continue_final_message: bool | None = None
+    top_logprobs: int = 0
+    prompt_logprobs: bool | Literal["only"] = False
+
+    def check(self) -> None:
+        if self.continue_final_message not in (None, True, False):
+            raise InputError("continue_final_message must be true, false or None (None: continue "
+                             "a final assistant message)")
+        if isinstance(self.top_logprobs, bool) or not isinstance(self.top_logprobs, int) or \
+                not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise InputError(f"top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}")
+        if self.prompt_logprobs not in (True, False, "only"):
+            raise InputError("prompt_logprobs must be true, false or 'only'")
+
+
+def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message] | RawPrompt, *,
                  tools: Sequence[dict[str, Any]] | None, tool_choice: ToolChoice,
                  response_format: Any, config: SpecGuardConfig, timeout: float | None,
                  chat_template_kwargs: Mapping[str, Any] | None,
-                 overrides: Mapping[str, Any], parallel_tool_calls: bool = True) -> Request:
+                 overrides: Mapping[str, Any], parallel_tool_calls: bool = True,
+                 reading: Reading = Reading()) -> Request:
     """The request for `messages_or_prompt` under `config` with `overrides` of its fields (see
     `SpecGuardEngine.stream` for the rest): both models' prompts pending in its fresh caches, its
     deadline `timeout` seconds from now."""
@@ -48,6 +75,7 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
         raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if not isinstance(parallel_tool_calls, bool):
         raise InputError(f"parallel_tool_calls must be true or false, got {parallel_tool_calls!r}")
+    reading.check()
     cfg = config.merged(**overrides)
     if not isinstance(pair.target, CachedModel):
         check_served_target(cfg)
@@ -56,11 +84,10 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
         fmt = ResponseFormat.of(response_format)
     except ValueError as err:
         raise InputError(str(err)) from None
-    messages = normalise_messages(messages_or_prompt)
     checked, required = offered_tools(tools, tool_choice)
     plan = pair.judge.plan(cfg, bool(checked))  # a verifier card is loaded whole and checked here
-    prompts = [_prompt(h, messages, checked, chat_template_kwargs)
-               for h in (pair.draft, pair.target)]
+    prompts, prefill = prompt_ids(pair, messages_or_prompt, checked, chat_template_kwargs,
+                                  reading.continue_final_message)
     req = Request(
         cfg=cfg, tools=checked, required=required, plan=plan,
         rules=StepRules.for_tokenizer(pair.target.tokenizer, cfg.step_delimiters)
@@ -71,7 +98,12 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
         tokenizer=pair.target.tokenizer, response_format=fmt, timeout=timeout,
         response_template=pair.response_template, parallel_tool_calls=parallel_tool_calls,
         deadline=None if timeout is None else time.monotonic() + timeout,
+        top_logprobs=reading.top_logprobs, prompt_logprobs=bool(reading.prompt_logprobs),
+        draft_prompt_tokens=len(prompts[0]),
     )
+    req.in_think = prefill.rfind(req.rules.think_open) > prefill.rfind(req.rules.think_close)
+    if reading.prompt_logprobs == "only":
+        req.finish = "length"  # the prompt's pass is all it asks for (vLLM's max_tokens=0)
     req.draft.pending, req.target.pending = prompts
     if fmt is not None and fmt.strict:
         req.grammar = _grammar(pair, fmt, checked, len(prompts[1]))
@@ -125,11 +157,45 @@ def _call_grammar(pair: Pair, rules: StepRules, tools: list[dict[str, Any]],
         return None
 
 
-def _prompt(handle: Target, messages: list[Message], tools: list[dict[str, Any]],
-            template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
-    """The chat-templated prompt as `handle` tokenizes it; one that fills its context window is
-    a `PromptTooLong` (an InputError)."""
-    ids = handle.encode(render_prompt(handle.tokenizer, messages, tools, template_kwargs))
+def prompt_ids(pair: Pair, prompt: str | Sequence[Message] | RawPrompt,
+               tools: list[dict[str, Any]], template_kwargs: Mapping[str, Any] | None = None,
+               continue_final: bool | None = None) -> tuple[list[list[int]], str]:
+    """The draft's and the target's prompt ids (a raw prompt as it is, else chat-templated), and
+    the assistant text the reply continues ("" when it starts a new turn). A prompt that fills
+    a model's context window is an InputError."""
+    if not isinstance(prompt, RawPrompt):
+        messages = normalise_messages(prompt)
+        cont = continues(messages, continue_final)
+        ids = [_window(h, h.encode(render_prompt(h.tokenizer, messages, tools, template_kwargs,
+                                                 cont))) for h in (pair.draft, pair.target)]
+        return ids, str(messages[-1]["content"]) if cont else ""
+    if tools or template_kwargs or continue_final:
+        raise InputError("a raw prompt is not rendered with the chat template: it takes no tools, "
+                         "chat_template_kwargs or continue_final_message; send messages instead")
+    target = _raw_ids(pair.target, prompt)
+    vocab = len(pair.target.tokenizer)
+    if any(not 0 <= t < vocab for t in target):
+        raise InputError(f"the prompt holds a token id outside the vocabulary (0 to {vocab - 1})")
+    if pair.judge.same_vocab:
+        draft = list(target)
+    elif prompt.text is not None:
+        draft = _raw_ids(pair.draft, prompt)
+    else:  # the draft reads the same text in its own vocabulary
+        draft = pair.draft.encode(pair.target.decode(target))
+    return [_window(pair.draft, draft), _window(pair.target, target)], ""
+
+
+def _raw_ids(handle: Target, prompt: RawPrompt) -> list[int]:
+    if prompt.token_ids is not None:
+        return list(prompt.token_ids)
+    assert prompt.text is not None
+    if not prompt.add_special_tokens:
+        return handle.encode(prompt.text)
+    return list(handle.tokenizer(prompt.text, add_special_tokens=True)["input_ids"])
+
+
+def _window(handle: Target, ids: list[int]) -> list[int]:
+    """`ids`, checked to leave room in `handle`'s context window (an InputError if not)."""
     window = handle.context_window
     if window and len(ids) >= window:
         raise PromptTooLong(len(ids), window, handle.name)

@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 from specguard_core.cache.model import CachedModel
 from specguard_core.cache.state import Target, TentativePass
 from specguard_core.decoding.grammar import GrammarIndex
+from specguard_core.decoding.logprobs import token_scores
 from specguard_core.decoding.proposal import Candidate, Proposal
 from specguard_core.engine.accept import TokenRule
 from specguard_core.engine.check import TargetCheck
@@ -148,6 +149,9 @@ def _keep(pair: Pair, req: Request, drafted: Drafted, tpass: TentativePass | Non
     """Commit the draft's step in both caches (the target's pass, when there was one, already
     encoded it)."""
     cand, proposal = drafted.step, drafted.proposal
+    lps, tops = list(cand.logprobs), list(cand.top_logprobs)
+    if tpass is not None and pair.judge.same_vocab:  # as the target's pass over them reads them
+        lps, tops = token_scores(tpass.logits, cand.token_ids, req.top_logprobs)
     proposal.keep(drafted.pick)
     if tpass is not None:
         tpass.keep(len(tpass.ids))
@@ -156,7 +160,7 @@ def _keep(pair: Pair, req: Request, drafted: Drafted, tpass: TentativePass | Non
     return Step(cand.token_ids, cand.text, "draft", cand.end == "eos", len(proposal.candidates),
                 verdict.tool_call, path=path, kind=drafted.kind,
                 draft_written=len(cand.token_ids), draft_generated=generated(proposal),
-                token_logprobs=list(cand.logprobs), cut=cand.end == "budget")
+                token_logprobs=list(lps), top_logprobs=tops, cut=cand.end == "budget")
 
 
 def _fall_back(pair: Pair, req: Request, drafted: Drafted, selector: Selector,

@@ -24,6 +24,12 @@ WEATHER = {"type": "function", "function": {
                    "required": ["city"]}}}
 
 
+def raw(question: str) -> str:
+    """A raw completion prompt that is a chat turn written out (the scripted models answer
+    after an assistant header)."""
+    return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+
+
 def after_tool(result: str) -> str:
     return f"The tool says {result}.\n\nDone."
 

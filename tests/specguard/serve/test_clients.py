@@ -22,6 +22,7 @@ from tests.specguard.serve.serve_helpers import (  # noqa: E402
     WEATHER,
     after_tool,
     live_server,
+    raw,
     reply,
 )
 
@@ -96,7 +97,7 @@ def test_openai_response_format(client: Any) -> None:
 
 
 def test_openai_completions(client: Any) -> None:
-    out = client.completions.create(model=MODEL, prompt="(3 + 4) * 6?", max_tokens=100)
+    out = client.completions.create(model=MODEL, prompt=raw("(3 + 4) * 6?"), max_tokens=100)
     assert out.choices[0].text == ANSWER
 
 
@@ -118,7 +119,7 @@ def test_openai_errors_map_to_sdk_exceptions(base: str, client: Any) -> None:
     with pytest.raises(openai.BadRequestError, match="less than or equal to 16"):
         client.chat.completions.create(model=MODEL, n=17, messages=[{"role": "user", "content": "q"}])
     with pytest.raises(openai.BadRequestError, match="top_logprobs"):
-        client.chat.completions.create(model=MODEL, logprobs=True, top_logprobs=3,
+        client.chat.completions.create(model=MODEL, top_logprobs=3,
                                        messages=[{"role": "user", "content": "q"}])
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "q"}])

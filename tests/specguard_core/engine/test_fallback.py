@@ -164,29 +164,73 @@ def _reference_logprobs(model: Any, prompt: list[int], ids: list[int]) -> list[f
     return rows.gather(-1, torch.tensor(ids, device=rows.device)[:, None])[:, 0].tolist()
 
 
+def _reference_top(model: Any, prompt: list[int], ids: list[int], n: int
+                   ) -> list[list[int]]:
+    """The `n` most likely tokens at each of `ids`' positions under `model`."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids], device=model.device)).logits[0].float()
+    rows = logits[len(prompt) - 1: len(prompt) - 1 + len(ids)]  # [T, V]
+    return rows.topk(n, dim=-1).indices.tolist()
+
+
 @pytest.mark.parametrize("fallback", ["greedy", "speculative"])
-def test_token_logprobs_come_from_the_model_that_wrote_each_token(engine: SpecGuardEngine,
-                                                                  fallback: str) -> None:
+def test_token_logprobs_come_from_the_model_that_wrote_or_checked_each_token(
+        engine: SpecGuardEngine, fallback: str) -> None:
+    """Kept unchecked: the draft's distribution; written or verified by the target (the
+    speculative fallback keeps draft tokens the target's pass verified): the target's. The top
+    alternatives come from the same distribution, the chosen token's value among them."""
     prompt = engine.prompt_ids(QUESTION)
-    kept = engine.generate(QUESTION, tau=-math.inf)
+    kept = engine.generate(QUESTION, tau=-math.inf, top_logprobs=3)
     ids = all_ids(kept)
     got = [lp for s in kept.steps for lp in s.token_logprobs]
     assert got == pytest.approx(_reference_logprobs(engine.draft.model, prompt, ids), abs=1e-4)
-    out = engine.generate(QUESTION, tau=math.inf, fallback=fallback, repetition_penalty=1.3)
+    tops = [t for s in kept.steps for t in s.top_logprobs]
+    assert [[i for i, _ in t] for t in tops] == _reference_top(engine.draft.model, prompt, ids, 3)
+    out = engine.generate(QUESTION, tau=math.inf, fallback=fallback, repetition_penalty=1.3,
+                          top_logprobs=2)
     ids = all_ids(out)
     got = [lp for s in out.steps for lp in s.token_logprobs]
     assert len(got) == len(ids) and all(lp is not None for lp in got)
-    target = _reference_logprobs(engine.target.model, prompt, ids)
-    draft = _reference_logprobs(engine.draft.model, prompt, ids)
-    by_target = [abs(g - t) < 1e-4 for g, t in zip(got, target, strict=True)]
-    by_draft = [abs(g - d) < 1e-4 for g, d in zip(got, draft, strict=True)]
-    assert all(t or d for t, d in zip(by_target, by_draft, strict=True))
-    written = sum(s.draft_written for s in out.steps)
-    assert sum(d and not t for t, d in zip(by_target, by_draft, strict=True)) <= written
-    if fallback == "greedy":
-        assert all(by_target)  # the target wrote every token
-    else:
-        assert 0 < written and not all(by_target)  # kept draft tokens carry the draft's
+    assert got == pytest.approx(_reference_logprobs(engine.target.model, prompt, ids), abs=1e-4)
+    tops = [t for s in out.steps for t in s.top_logprobs]
+    assert [[i for i, _ in t] for t in tops] == _reference_top(engine.target.model, prompt, ids, 2)
+    if fallback == "speculative":  # draft tokens were kept, and carry the target's values
+        assert sum(s.draft_written for s in out.steps) > 0
+    for step in out.steps:
+        for tok, lp, top in zip(step.token_ids, step.token_logprobs, step.top_logprobs,
+                                strict=True):
+            assert top[0][1] >= lp - 1e-6 and (tok not in dict(top) or
+                                               dict(top)[tok] == pytest.approx(lp, abs=1e-5))
+
+
+def test_target_checked_steps_carry_the_targets_logprobs() -> None:
+    """A draft step the target's check passed reports the target's distribution (here sharper
+    than the draft's), not the draft's own."""
+    from specguard_core.testing import scripted_engine
+
+    engine = scripted_engine(lambda p: "Seven.\n\nForty-two.", draft_sharpness=6.0)
+    checked = engine.generate("Go", tau_accept=math.inf, tau_reject=-math.inf, top_logprobs=1)
+    kept = engine.generate("Go", tau=-math.inf, top_logprobs=1)
+    assert [s.path for s in checked.steps] == ["target-checked"] * 2
+    assert [s.path for s in kept.steps] == ["kept"] * 2
+    import torch
+
+    prompt = engine.prompt_ids("Go")
+    ids = all_ids(checked)
+
+    def scripted(model: Any) -> list[float]:
+        logits = model(torch.tensor([prompt + ids]), logits_to_keep=0).logits[0]  # [P+T, V]
+        rows = torch.log_softmax(logits[len(prompt) - 1: -1], dim=-1)
+        return rows.gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
+
+    want = scripted(engine.target.model)
+    assert [lp for s in checked.steps for lp in s.token_logprobs] == pytest.approx(want, abs=1e-5)
+    draft = [lp for s in kept.steps for lp in s.token_logprobs]
+    assert draft == pytest.approx(scripted(engine.draft.model), abs=1e-5)
+    assert all(d < t - 0.1 for d, t in zip(draft, want, strict=True))
+    assert all(len(t) == 1 for s in checked.steps for t in s.top_logprobs)
 
 
 def test_checking_every_step_with_ratio_one_is_the_targets_greedy_text(

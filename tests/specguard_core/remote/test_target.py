@@ -279,6 +279,8 @@ def test_what_a_remote_target_cannot_do_is_refused(
         remote.generate(QUESTION, experimental={"scoring_model": "target"})
     with pytest.raises(InputError, match="repetition_penalty needs the target's raw logits"):
         remote.generate(QUESTION, repetition_penalty=1.2)
+    with pytest.raises(InputError, match="presence_penalty and frequency_penalty"):
+        remote.generate(QUESTION, frequency_penalty=0.5)
     with pytest.raises(InputError, match="fallback_k=4 samples from a served target"):
         remote.generate(QUESTION, fallback="sample", fallback_k=4)
     with pytest.raises(ValueError, match="must start with http"):

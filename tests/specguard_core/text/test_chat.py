@@ -167,10 +167,11 @@ def test_token_bytes_are_the_tokens_own_even_mid_character(tmp_path: Path) -> No
 
 def test_answer_logprobs_bytes_join_to_the_answer() -> None:
     from specguard_core.testing import scripted_engine
+    from specguard_core.text.logprobs import answer_logprobs
 
     answer = "答案是 42。"
     engine = scripted_engine(lambda p: answer)
     result = engine.generate("Go", tau=-1e9, k=1, temperature=0.0)
-    entries = result.answer_logprobs(engine.token_text)
+    entries = answer_logprobs(result, engine.token_text)
     assert entries and b"".join(bytes(e["bytes"]) for e in entries) == answer.encode("utf-8")
     assert any(e["token"] == "\ufffd" for e in entries)

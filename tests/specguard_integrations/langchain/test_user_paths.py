@@ -124,6 +124,13 @@ def test_logprobs_in_chat_openais_metadata_shape() -> None:
     assert [t["logprob"] for t in content] == [  # each step's own values, answer tokens only
         lp for s in result.steps for tok, lp in zip(s.token_ids, s.token_logprobs, strict=True)
         if tok not in engine.target.eos_ids]
+    for model in (ChatSpecGuard(engine=engine, logprobs=True, top_logprobs=2),
+                  plain.bind(logprobs=True, top_logprobs=2)):
+        top = model.invoke("Hello").response_metadata["logprobs"]["content"]
+        assert [t["logprob"] for t in top] == [t["logprob"] for t in content]
+        assert all(len(t["top_logprobs"]) == 2 and t["top_logprobs"][0]["token"] == t["token"]
+                   and t["top_logprobs"][1]["logprob"] <= t["logprob"] for t in top)
+    assert "logprobs" not in plain.invoke("Hello", top_logprobs=2).response_metadata
 
 
 def test_api_key_is_accepted_and_ignored_base_url_is_refused() -> None:

@@ -239,7 +239,8 @@ def test_chat_with_tools_keeps_a_json_answer() -> None:
 
 def test_logprobs_in_chat_responses() -> None:
     """`logprobs=True` (field or per call) fills ChatResponse.logprobs as llama-index-llms-openai
-    does: one `[LogProb]` per answer token, the chosen token only."""
+    does: one `[LogProb]` per answer token, the chosen token first, then `top_logprobs`
+    alternatives; streamed, each response holds its own step's tokens."""
     engine = scripted_engine(lambda p: "First.\n\nThe answer is 42.", config=CFG)
     plain = SpecGuardLLM(engine=engine)
     hello = [ChatMessage(role="user", content="Hello")]
@@ -250,12 +251,41 @@ def test_logprobs_in_chat_responses() -> None:
         rows = response.logprobs
         assert rows and all(len(row) == 1 and row[0].logprob <= 0 for row in rows)
         assert "".join(row[0].token for row in rows).strip() == response.message.content
-    with pytest.raises(ValueError, match="from chat/achat only"):
-        next(plain.stream_chat(hello, logprobs=True))
     result = engine.generate("Hello")
     assert [row[0].logprob for row in rows] == [  # each step's own values, answer tokens only
         lp for s in result.steps for tok, lp in zip(s.token_ids, s.token_logprobs, strict=True)
         if tok not in engine.target.eos_ids]
+    streamed = list(SpecGuardLLM(engine=engine, logprobs=True).stream_chat(hello))
+    assert [r.logprobs for r in streamed] and all(r.logprobs is not None for r in streamed)
+    assert [row[0].logprob for r in streamed for row in r.logprobs or []] == \
+        [row[0].logprob for row in rows]
+    top = plain.chat(hello, logprobs=True, top_logprobs=2).logprobs or []
+    assert all(len(row) == 2 and row[1].logprob <= row[0].logprob for row in top)
+
+
+def test_a_function_agent_runs_on_a_streaming_llm_with_logprobs() -> None:
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    engine = scripted_engine(lambda p: "The answer is 42.", config=CFG)
+    agent = FunctionAgent(tools=[], llm=SpecGuardLLM(engine=engine, logprobs=True))
+
+    async def run() -> str:
+        return str(await agent.run("What is 6 * 7?"))
+    assert "42" in asyncio.run(run())
+
+
+def test_complete_with_a_formatted_prompt_sends_it_raw() -> None:
+    engine = scripted_engine(lambda p: "Seven.\n\nForty-two.", config=CFG)
+    llm = SpecGuardLLM(engine=engine)
+    formatted = "<|im_start|>user\nGo<|im_end|>\n<|im_start|>assistant\nSeven."
+    out = llm.complete(formatted, formatted=True)
+    assert out.text == "\n\nForty-two."  # the continuation, as written
+    calls = engine.draft.model.calls + engine.target.model.calls
+    assert formatted.removesuffix("Seven.") in calls and not any("Seven." in c for c in calls)
+    assert "".join(r.delta or "" for r in llm.stream_complete(formatted, formatted=True)) == \
+        "\n\nForty-two."
+    wrapped = llm.complete("Go")  # not formatted: a chat turn
+    assert wrapped.text == "Seven.\n\nForty-two."
 
 
 def test_chat_template_kwargs_reach_the_chat_template() -> None:

@@ -75,8 +75,8 @@ def test_deltas_concatenate_to_the_stripped_answer() -> None:
 def test_deltas_hold_back_a_possible_stop_string_across_steps() -> None:
     deltas = chunks.StepDeltas(stops=("ST", ""))
     assert deltas.delta(step("one S")) == {"content": "one"}  # "S" may start "ST"
-    assert deltas.delta(step("Tay two")) == {}  # it did: nothing after the stop
-    assert deltas.flush("one") == {}
+    assert deltas.delta(step("Tay two")) == {"content": " "}  # it did: the space before it
+    assert deltas.flush("one ") == {}
     other = chunks.StepDeltas(stops=("ST",))
     assert other.delta(step("one S")) == {"content": "one"}
     assert other.delta(step("ome more S")) == {"content": " Some more"}

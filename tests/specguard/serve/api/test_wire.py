@@ -13,7 +13,7 @@ from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import ValidationError
 
-from specguard.serve.api import chunks, convert, wire
+from specguard.serve.api import chunks, completions, convert, wire
 from specguard.serve.app import create_app
 from specguard_core.engine.loop import SpecGuardEngine
 from specguard_core.testing import scripted_engine
@@ -80,18 +80,23 @@ def test_chat_responses_keep_their_wire_format(engine: SpecGuardEngine) -> None:
 
 def test_completions_and_n_choices_keep_their_wire_format(engine: SpecGuardEngine) -> None:
     a, b = engine.generate(Q), engine.generate(Q)
-    one = convert.completion_response(a, "cmpl-1", "m")
+    shape, decode = completions.Shape(), engine.token_text
+    one = completions.response([a], ["Q"], 1, "cmpl-1", "m", shape, decode)
     assert sent(one) == {
         "id": "cmpl-1", "object": "text_completion", "created": 7, "model": "m",
-        "choices": [{"index": 0, "text": a.text, "logprobs": None, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "text": a.raw_text, "logprobs": None, "finish_reason": "stop"}],
         "usage": usage_of(a), "specguard": convert.run_trace(a)}
-    assert convert.merge_choices([one], [a]) is one
-    both = sent(convert.merge_choices([one, convert.completion_response(b, "cmpl-2", "m")], [a, b]))
+    both = sent(completions.response([a, b], ["Q"], 2, "cmpl-1", "m", shape, decode))
     assert [c["index"] for c in both["choices"]] == [0, 1] and both["id"] == "cmpl-1"
     assert both["usage"] == {"prompt_tokens": a.usage.prompt_tokens,
                              "completion_tokens": a.usage.completion_tokens * 2,
                              "total_tokens": a.usage.total_tokens + a.usage.completion_tokens}
     assert both["specguard"] == {"choices": [convert.run_trace(a), convert.run_trace(b)]}
+    two_prompts = sent(completions.response([a, b], ["Q", "R"], 1, "cmpl-1", "m", shape, decode))
+    assert two_prompts["usage"]["prompt_tokens"] == 2 * a.usage.prompt_tokens  # each counted
+    echoed = sent(completions.response([a], ["Q"], 1, "cmpl-1", "m",
+                                       completions.Shape(echo=True), decode))
+    assert echoed["choices"][0]["text"] == "Q" + a.raw_text
     chat = sent(convert.merge_choices([convert.chat_response(r, "chatcmpl-5", "m")
                                        for r in (a, b)], [a, b]))
     assert [set(c) for c in chat["choices"]] == [{"index", "message", "logprobs",
