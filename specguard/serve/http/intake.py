@@ -59,7 +59,7 @@ def _checked(settings: ServeSettings, model_name: str, raw: bytes,
              model: type[Req]) -> tuple[Req, frozenset[str]]:
     """`raw` as `model` (`_validated`), within the operator's limits and for the served model."""
     checked: tuple[Req, frozenset[str]] = _validated(raw, model)
-    req = checked[0]
+    req: Req = checked[0]
     for param, why in [*req.unsupported(), *req.problems(settings.limits)]:
         raise APIError(400, why, param=param, code="unsupported_parameter")
     check_model(req.model, model_name)
