@@ -34,7 +34,7 @@ def error_line(err: BaseException) -> str:
     message, becomes "field: problem (got value)"; any other line breaks become spaces."""
     cause = err if isinstance(err, ValidationError) else err.__context__
     text = str(err)
-    if isinstance(cause, ValidationError):
+    if isinstance(cause, ValidationError) and (cause is err or str(cause) in text):
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
             + (f" (got {e['input']!r:.60})" if e["type"] != "missing" and "input" in e else "")

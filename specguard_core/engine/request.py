@@ -115,6 +115,7 @@ class Request:
     draft_run: int = 0  # speculative fallback: tokens the draft proposes per target pass (adapts)
     _passes_mark: int = 0
     finish: FinishReason | None = None
+    stopped: bool = False  # a stop string cut the text (`_cut_at_stop`)
     started: float = field(default_factory=time.perf_counter)
     cancel: threading.Event = field(default_factory=threading.Event)
     timeout: float | None = None  # seconds for the whole request, queueing included
@@ -238,6 +239,7 @@ class Request:
         hits = [raw.find(s) for s in self.cfg.stop if s in raw]
         if not hits:
             return
+        self.stopped = True
         stop, pos = min(hits), 0
         for i, s in enumerate(self.steps):
             keep = max(0, stop - pos)  # of this step's text, what comes before the stop
@@ -294,7 +296,7 @@ class Request:
         return "".join(s.text for s in self.steps if s.kind == "answer")
 
     def result(self, model_name: str) -> GenerationResult:
-        raw = full = self.raw_text()
+        raw = self.raw_text()
         for stop in self.cfg.stop:  # stop strings end the text, as in transformers/OpenAI
             raw = raw.split(stop, 1)[0] if stop in raw else raw
         answer, reasoning, pos = [], [], 0
@@ -307,7 +309,7 @@ class Request:
                 reasoning.append(strip_markers(text, self.rules))
         self.stats.wall_time_s = time.perf_counter() - self.started
         return GenerationResult(
-            text=final_text(_trimmed("".join(answer), len(raw) < len(full)),
+            text=final_text(_trimmed("".join(answer), self.stopped),
                             self.response_format), raw_text=raw,
             reasoning="".join(reasoning).strip(),
             steps=list(self.steps), usage=Usage(self.prompt_tokens, self.n_new), stats=self.stats,
