@@ -135,6 +135,8 @@ class MethodEngine(SpecGuardEngine):
             extra.update(stop_strings=stops, tokenizer=handle.tokenizer)
         if timeout is not None:
             extra["max_time"] = timeout
+        if cfg.max_new_tokens is None:  # the suites pass their own budget (`--max-new-tokens`)
+            raise ValueError("a baseline method needs a token budget: set max_new_tokens")
         new = baseline_ids(self, self.method, prompt, cfg.max_new_tokens, **extra)
         eos = bool(new) and new[-1] in handle.eos_ids
         ids = forced + (new[:-1] if eos else new)

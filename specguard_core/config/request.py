@@ -105,8 +105,10 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
                                      "probabilities of the run's tokens (its own estimate that the "
                                      "target keeps the whole run) falls below this (0: never)")
     # stop
-    max_new_tokens: int = Field(512, ge=1, description="the answer's token budget")
-    max_steps: int = Field(64, ge=1, description="the answer's step budget")
+    max_new_tokens: int | None = Field(None, ge=1, description="the answer's token budget "
+                                       "(None: until the context window is full)")
+    max_steps: int | None = Field(None, ge=1, description="the answer's step budget (None: no "
+                                  "step cap)")
     stop: tuple[str, ...] = Field((), description="generation ends at any of these strings (cut there)")
     seed: int = Field(0, description="the request's random seed (sampling, speculative sampling)")
     experimental: ExperimentalConfig = Field(

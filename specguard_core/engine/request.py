@@ -160,18 +160,23 @@ class Request:
         return self.budget(self.target) == 0 or self.budget(self.draft) == 0
 
     def budget(self, state: CacheState) -> int:
-        """Tokens the next step may take: step cap, max_new_tokens left, context window left."""
-        room = self.context_window - len(state.ids) - len(state.pending) - 1
-        return max(0, min(self.cfg.max_step_tokens, self.cfg.max_new_tokens - self.n_new, room))
+        """Tokens the next step may take: step cap, max_new_tokens left (when set), context window
+        left."""
+        return max(0, min(self.cfg.max_step_tokens, self._left(state)))
 
     def grace(self) -> int:
         """Tokens past `max_step_tokens` the next step may take to complete its first character
         (`proposer.WHOLE_CHAR_GRACE` at most): never past `max_new_tokens` or either model's
         context window."""
-        left = [min(self.cfg.max_new_tokens - self.n_new,
-                    self.context_window - len(s.ids) - len(s.pending) - 1) - self.budget(s)
-                for s in (self.draft, self.target)]
+        left = [self._left(s) - self.budget(s) for s in (self.draft, self.target)]
         return max(0, min(WHOLE_CHAR_GRACE, *left))
+
+    def _left(self, state: CacheState) -> int:
+        """Tokens the answer may still take in `state`'s model: its context window's room, and
+        what `max_new_tokens` leaves when it is set (unset: the window alone)."""
+        room = self.context_window - len(state.ids) - len(state.pending) - 1
+        cap = self.cfg.max_new_tokens
+        return room if cap is None else min(room, cap - self.n_new)
 
     def commit(self, step: Step, verdict: Verdict | None, phases: dict[str, float],
                draft_text: str | None) -> StepRecord:
@@ -238,13 +243,14 @@ class Request:
             self.finish = "stop"
         elif self._spent():
             self.finish = "length"
-        elif len(self.steps) >= self.cfg.max_steps:
+        elif self.cfg.max_steps is not None and len(self.steps) >= self.cfg.max_steps:
             self.finish = "max_steps"
         if self.finish == "stop" and self.tool_calls:
             self.finish = "tool_calls"
 
     def _spent(self) -> bool:
-        return self.n_new >= self.cfg.max_new_tokens or self.out_of_room()
+        cap = self.cfg.max_new_tokens
+        return (cap is not None and self.n_new >= cap) or self.out_of_room()
 
     def raw_text(self) -> str:
         return "".join(s.text for s in self.steps)

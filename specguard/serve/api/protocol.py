@@ -100,7 +100,8 @@ class _Sampling(BaseModel):
         """(field, why) for what exceeds the operator's `limits` or contradicts itself; checked,
         with `unsupported()`, before the request is admitted."""
         bad: list[tuple[str, str]] = []
-        if (limit := self.token_limit()) is not None and limit > limits.max_tokens:
+        if (limit := self.token_limit()) is not None and limits.max_tokens is not None \
+                and limit > limits.max_tokens:
             bad.append(("max_tokens", f"max_tokens must be <= {limits.max_tokens} on this server "
                                       "(`specguard serve --max-tokens-cap`)"))
         if not stops_ok(self.stops() or ()):
