@@ -18,6 +18,8 @@ import jsonschema
 
 from specguard_core.text.chat import content_text
 from specguard_core.text.errors import FREE_TEXT_LIMIT, quoted
+from specguard_core.text.patterns import pattern_problem
+from specguard_core.text.schema import check_schema, validator
 
 _FENCE_OPEN = re.compile(r"^```(?:json)?\s*")
 _NUMBER_START = re.compile(r"-?\d*\.?\d*(?:[eE][-+]?\d*)?")
@@ -61,11 +63,13 @@ class ResponseFormat:
         else:
             schema, name, strict = value, str(value.get("title") or "response"), False
         try:
-            jsonschema.Draft202012Validator.check_schema(schema)
+            check_schema(schema)
         except jsonschema.SchemaError as err:
             raise ValueError("response_format has an invalid JSON schema: "
                              f"{quoted(err.message, FREE_TEXT_LIMIT)}; fix the schema (JSON "
                              "Schema 2020-12)") from None
+        if (problem := pattern_problem(schema)) is not None:
+            raise ValueError(f"response_format has an unusable schema: {problem}")
         return cls(schema, name, bool(strict))
 
 
@@ -109,7 +113,7 @@ def check_answer(answer: str, fmt: ResponseFormat, done: bool) -> str | None:
         return f"response_format asks for a JSON object, got {type(value).__name__}"
     if fmt.schema is not None:
         try:
-            jsonschema.validate(value, fmt.schema)
+            validator(fmt.schema).validate(value)  # patterns matched in bounded time
         except jsonschema.ValidationError as err:
             return f"answer does not match the response_format schema: {err.message}"
         except jsonschema.exceptions.SchemaError as err:  # pragma: no cover - checked in `of`

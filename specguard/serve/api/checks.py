@@ -7,7 +7,6 @@ import math
 import re
 from typing import Any
 
-from specguard.serve.api.untrusted import regex_keyword
 from specguard_core.text.chat import _RENDER_ARGS
 from specguard_core.text.errors import InputError
 from specguard_core.text.tool_choice import parse_tool_choice
@@ -63,24 +62,6 @@ def format_problems(fmt: dict[str, Any] | None) -> list[tuple[str, str]]:
                                     "'json_schema': {'name': '...', 'schema': {...}} (objects)")]
     return []
 
-def regex_problems(tools: list[dict[str, Any]] | None, response_format: dict[str, Any] | None
-                   ) -> list[tuple[str, str]]:
-    """Regular expressions in client schemas are refused: the engine checks model output
-    against them with Python's `re`, which has no time bound (`^(a+)+$` can take forever)."""
-    schemas: list[tuple[str, Any]] = [
-        (f"tools[{i}]", t.get("function", {}).get("parameters") if isinstance(
-            t.get("function"), dict) else None) for i, t in enumerate(tools or [])]
-    if isinstance(response_format, dict) and \
-            isinstance(spec := response_format.get("json_schema"), dict):
-        schemas.append(("response_format", spec.get("schema")))
-    for where, schema in schemas:
-        if (keyword := regex_keyword(schema)) is not None:
-            param = "tools" if where.startswith("tools") else where
-            return [(param, f"{where} uses the JSON-schema keyword {keyword!r}: this server "
-                            "does not take regular expressions in schemas (matching model "
-                            "output against one has no time bound); describe the format in "
-                            "the description instead")]
-    return []
 
 def tool_choice_problems(choice: Any, tools: list[dict[str, Any]] | None
                          ) -> list[tuple[str, str]]:

@@ -191,7 +191,6 @@ class ChatCompletionRequest(_Sampling):
         bad.extend(checks.tool_choice_problems(self.tool_choice, self.tools))
         bad.extend(checks.template_problems(self.chat_template_kwargs))
         bad.extend(checks.format_problems(self.response_format))
-        bad.extend(checks.regex_problems(self.tools, self.response_format))
         return bad
 
     def token_limit(self) -> int | None:
