@@ -108,7 +108,7 @@ class MethodEngine(SpecGuardEngine):
                parallel_tool_calls: bool = True) -> GenerationStream:
         if response_format is not None:
             raise InputError(f"the {self.method} baseline writes with plain generate: a "
-                             "response_format is checked by the SpecGuard methods only")
+                             "response_format is enforced by the SpecGuard methods only")
         if timeout is not None and not timeout > 0:
             raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
         messages = normalise_messages(messages_or_prompt)

@@ -104,6 +104,14 @@ class SpecGuardConfig(ExperimentalAliases, BaseModel):
                                      "draft also ends its run when the product of its "
                                      "probabilities of the run's tokens (its own estimate that the "
                                      "target keeps the whole run) falls below this (0: never)")
+    # answer
+    response_format_mode: Literal["constrain", "check"] = Field(
+        "constrain", description="how a JSON response_format (json_object, json_schema) is "
+        "enforced: 'constrain' (every token of the reply limited to the format's grammar, so the "
+        "answer is JSON matching the schema by construction; needs an in-process target sharing "
+        "the draft's vocabulary), 'check' (each draft answer step is checked and one off the "
+        "format goes to the target; no guarantee, for a served target or a heterogeneous pair). A "
+        "json_schema with strict: true and vLLM's structured_outputs are constrained under both")
     # stop
     max_new_tokens: int | None = Field(None, ge=1, description="the answer's token budget "
                                        "(None: until the context window is full)")

@@ -17,6 +17,7 @@ import torch
 
 from specguard_core.cache.state import CacheState
 from specguard_core.config import SpecGuardConfig, TokenRule
+from specguard_core.decoding.answer_check import AnswerCheck
 from specguard_core.decoding.grammar import Grammar
 from specguard_core.decoding.sampling import Shaping
 from specguard_core.engine.verify.verifier import Verdict
@@ -92,8 +93,9 @@ class Request:
     context_window: int
     tokenizer: Any = None
     response_template: dict[str, Any] | None = None  # parses tool calls (`text.tool_calls`)
-    response_format: ResponseFormat | None = None  # the answer must be JSON (matching a schema)
-    grammar: Grammar | None = None  # a strict format's or the tool calls' token mask
+    response_format: ResponseFormat | None = None  # what the answer must be (JSON, a regex, ...)
+    grammar: Grammar | None = None  # a constrained format's or the tool calls' token mask
+    answer_check: AnswerCheck | None = None  # a format on the check-only path: answer steps checked
     parallel_tool_calls: bool = True  # False: the reply ends with its first tool call
     stats: RunStats = field(default_factory=RunStats)
     steps: list[StepRecord] = field(default_factory=list)
@@ -117,7 +119,7 @@ class Request:
     @property
     def shaping(self) -> Shaping:
         """How this request's logits are shaped before any token is chosen or judged: the
-        config's top-k, min-p and repetition penalty, and the strict format's grammar."""
+        config's top-k, min-p and repetition penalty, and the request's grammar."""
         return Shaping.of(self.cfg, self.grammar)
 
     @property

@@ -9,6 +9,7 @@ from typing import Any
 
 from specguard_core.text.chat import _RENDER_ARGS
 from specguard_core.text.errors import InputError
+from specguard_core.text.formats import STRUCTURED
 from specguard_core.text.tool_choice import parse_tool_choice
 
 MAX_TEMPLATE_KWARGS = 16  # chat_template_kwargs: variables per request
@@ -60,6 +61,34 @@ def format_problems(fmt: dict[str, Any] | None) -> list[tuple[str, str]]:
             spec.get("schema"), dict) or not isinstance(spec.get("name", ""), str)):
         return [("response_format", "response_format {'type': 'json_schema'} needs "
                                     "'json_schema': {'name': '...', 'schema': {...}} (objects)")]
+    return []
+
+
+# vLLM's structured_outputs fields besides the constraint, accepted at their defaults (and
+# `disable_fallback` at any value: there is no other backend to fall back to here)
+_STRUCTURED_NO_OPS: dict[str, Any] = {"disable_any_whitespace": False,
+                                      "disable_additional_properties": False,
+                                      "whitespace_pattern": None, "structural_tag": None}
+
+
+def structured_problems(structured: dict[str, Any] | None,
+                        response_format: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """vLLM's structured_outputs: one of the constraints the engine reads (which checks their
+    values: `ResponseFormat.structured`), vLLM's other fields at the values that are what this
+    server does, and no response_format beside it."""
+    if structured is None:
+        return []
+    if response_format is not None and response_format.get("type") != "text":
+        return [("structured_outputs", "structured_outputs and response_format both constrain "
+                                       "the answer; send one of them")]
+    if set(structured) - set(STRUCTURED) - set(_STRUCTURED_NO_OPS) - {"disable_fallback"} or \
+            sum(structured.get(k) not in (None, False) for k in STRUCTURED) != 1:
+        return [("structured_outputs", "structured_outputs takes exactly one of choice, regex, "
+                                       "json, grammar or json_object")]
+    for name, default in _STRUCTURED_NO_OPS.items():
+        if structured.get(name) not in (default, None):
+            return [("structured_outputs", f"structured_outputs.{name} is supported at its "
+                                           "default only; leave it unset")]
     return []
 
 

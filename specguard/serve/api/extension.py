@@ -81,6 +81,9 @@ class SpecGuardExtension(BaseModel):
     stop: str | list[str] | None = Field(None, description="strings that end generation")
     max_new_tokens: int | None = Field(None, ge=1, description="the answer's token budget "
                                        "(at most Limits.max_tokens)")
+    response_format_mode: Literal["constrain", "check"] | None = Field(
+        None, description="how a JSON response_format is enforced: 'constrain' (by the grammar) "
+        "or 'check' (answer steps checked, no guarantee)")
     # the algorithm
     k: int | None = Field(None, ge=1, description="draft candidates per step (at most "
                           "Limits.max_k)")

@@ -154,6 +154,8 @@ class ChatCompletionRequest(_Sampling):
     parallel_tool_calls: bool | None = None  # false: the reply ends with its first call
     continue_final_message: bool | None = None  # vLLM's; false (a new assistant turn) only
     response_format: dict[str, Any] | None = None
+    # vLLM's: the answer constrained to a choice, a regex, a JSON schema or a grammar
+    structured_outputs: dict[str, Any] | None = None
     # vLLM's: extra chat-template variables (e.g. Qwen3's {"enable_thinking": false})
     chat_template_kwargs: Any = None
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -191,6 +193,7 @@ class ChatCompletionRequest(_Sampling):
         bad.extend(checks.tool_choice_problems(self.tool_choice, self.tools))
         bad.extend(checks.template_problems(self.chat_template_kwargs))
         bad.extend(checks.format_problems(self.response_format))
+        bad.extend(checks.structured_problems(self.structured_outputs, self.response_format))
         return bad
 
     def token_limit(self) -> int | None:

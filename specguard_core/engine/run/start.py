@@ -2,9 +2,10 @@
 `Request` that the engine's steps run on.
 
 The timeout, the per-request configuration (a served target refuses what it cannot do), the
-verifier it names, the response format, the messages, the tools and the tool choice, and each
-model's prompt against its context window: every bad input is an `InputError` that says what to
-do, raised before any model runs.
+verifier it names, the response format (or structured output), the messages, the tools and the
+tool choice, and each model's prompt against its context window: every bad input is an
+`InputError` that says what to do, raised before any model runs. The reply's grammar is compiled
+here too: a constrained format's (with the tools' calls as its alternative) or the tool calls'.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import torch
 from specguard_core.cache.handle import ModelHandle
 from specguard_core.cache.state import Target
 from specguard_core.config import SpecGuardConfig
+from specguard_core.decoding.answer_check import AnswerCheck
 from specguard_core.decoding.grammar import Grammar
-from specguard_core.decoding.tool_grammar import call_format, calls_lark, strict_tools
+from specguard_core.decoding.reply_grammar import ANSWER, reply_grammar
+from specguard_core.decoding.tool_grammar import call_format, calls_lark, strict_tools, think_terms
 from specguard_core.engine.request import Request
 from specguard_core.engine.run.step import Pair
 from specguard_core.remote.target import check_served_target
@@ -39,7 +42,8 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
                  tools: Sequence[dict[str, Any]] | None, tool_choice: ToolChoice,
                  response_format: Any, config: SpecGuardConfig, timeout: float | None,
                  chat_template_kwargs: Mapping[str, Any] | None,
-                 overrides: Mapping[str, Any], parallel_tool_calls: bool = True) -> Request:
+                 overrides: Mapping[str, Any], parallel_tool_calls: bool = True,
+                 structured_outputs: Any = None) -> Request:
     """The request for `messages_or_prompt` under `config` with `overrides` of its fields (see
     `SpecGuardEngine.stream` for the rest): both models' prompts pending in its fresh caches, its
     deadline `timeout` seconds from now."""
@@ -51,10 +55,7 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
     if not isinstance(pair.target, ModelHandle):
         check_served_target(cfg)
     cfg = pair.judge.resolve_verifier(cfg)
-    try:
-        fmt = ResponseFormat.of(response_format)
-    except ValueError as err:
-        raise InputError(str(err)) from None
+    fmt = _format(response_format, structured_outputs)
     messages = normalise_messages(messages_or_prompt)
     checked, required = offered_tools(tools, tool_choice)
     prompts = [_prompt(h, messages, checked, chat_template_kwargs)
@@ -71,28 +72,67 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message], *,
         deadline=None if timeout is None else time.monotonic() + timeout,
     )
     req.draft.pending, req.target.pending = prompts
-    if fmt is not None and fmt.strict:
-        req.grammar = _grammar(pair, fmt, checked, len(prompts[1]))
-    elif checked:
+    if fmt is not None and fmt.constrained(cfg.response_format_mode):
+        req.grammar = _reply_grammar(pair, fmt, req.rules, checked, required, len(prompts[1]))
+        return req
+    if fmt is not None:
+        req.answer_check = AnswerCheck(fmt)
+    if checked:
         req.grammar = _call_grammar(pair, req.rules, checked, required, len(prompts[1]))
     return req
 
 
-def _grammar(pair: Pair, fmt: ResponseFormat, tools: list[dict[str, Any]], start: int) -> Grammar:
-    """The strict format's grammar over the reply (from token `start`), where it can hold: both
-    models read one vocabulary, the target runs in process, and no tool is offered (a call
-    could not be written)."""
-    if not pair.judge.same_vocab or not isinstance(pair.target, ModelHandle):
-        raise InputError("a strict response_format needs an in-process target sharing the "
-                         "draft's vocabulary; drop 'strict' (the answer is then checked, not "
-                         "constrained)")
-    if tools:
-        raise InputError("a strict response_format leaves no room for tool calls; offer no "
-                         "tools (or tool_choice='none'), or drop 'strict'")
+def _format(response_format: Any, structured_outputs: Any) -> ResponseFormat | None:
+    """The answer's format from OpenAI's `response_format` or vLLM's `structured_outputs` (one
+    of them)."""
     try:
-        return pair.grammars.for_schema(fmt.schema, start)
+        fmt = ResponseFormat.of(response_format)
+        structured = ResponseFormat.structured(structured_outputs)
     except ValueError as err:
         raise InputError(str(err)) from None
+    if fmt is not None and structured is not None:
+        raise InputError("response_format and structured_outputs both constrain the answer; "
+                         "pass one of them")
+    return fmt or structured
+
+
+def _reply_grammar(pair: Pair, fmt: ResponseFormat, rules: StepRules,
+                   tools: list[dict[str, Any]], required: str | None, start: int) -> Grammar:
+    """The grammar of a reply under a constrained format (from token `start`): the answer, or,
+    with tools offered, the answer or the tools' calls (only calls while one is owed), after an
+    optional think block. It holds where both models read one vocabulary and the target runs in
+    process; calls beside the answer need the template's call markers."""
+    what, instead = _constrained(fmt)
+    if not pair.judge.same_vocab or not isinstance(pair.target, ModelHandle):
+        raise InputError(f"{what} is enforced by constrained decoding, which needs an "
+                         "in-process target sharing the draft's vocabulary"
+                         + (f"; {instead}" if instead else " (this pair has none)"))
+    calls = None
+    if tools:
+        markers = call_format(pair.target.tokenizer, rules.tool_open, rules.tool_close)
+        if markers is None:
+            raise InputError(f"{what} with tools needs one grammar for the answer or a tool "
+                             "call, and this chat template has no tool-call markers to say where "
+                             "a call goes; offer no tools (or tool_choice='none')"
+                             + (f", or {instead}" if instead else ""))
+        calls = calls_lark(tools, required, markers, answer=ANSWER)
+    try:
+        grammar = reply_grammar(fmt, calls, think_terms(pair.target.tokenizer))
+        return pair.grammars.for_grammar(grammar, start, what, "simplify it"
+                                         + (f", or {instead}" if instead else ""))
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
+def _constrained(fmt: ResponseFormat) -> tuple[str, str]:
+    """(what the constrained format is, what else the caller can ask for) for its errors."""
+    if fmt.origin == "structured_outputs":
+        return f"structured_outputs.{fmt.kind}", ""
+    if fmt.strict:
+        return ("response_format (strict)", "drop 'strict' and set response_format_mode='check' "
+                "(the answer is then checked step by step, not constrained)")
+    return ("response_format", "set response_format_mode='check' (the answer is then checked "
+            "step by step, not constrained)")
 
 
 def _call_grammar(pair: Pair, rules: StepRules, tools: list[dict[str, Any]],
