@@ -34,6 +34,7 @@ CORE_LAYERS = {
     "specguard_core.concurrency.cpu_runner": 2, "specguard_core.concurrency.turns": 2,
     "specguard_core.engine.verify.signals": 2, "specguard_core.decoding.sampling": 2,
     "specguard_core.decoding.logprobs": 2,
+    "specguard_core.decoding.reply_grammar": 2, "specguard_core.decoding.answer_check": 2,
     "specguard_core.remote.deadline": 2, "specguard_core.engine.verify.fingerprint": 2,
     "specguard_core.cache.capture": 3, "specguard_core.cache.state": 3,
     "specguard_core.cache.model": 3, "specguard_core.llamacpp": 0,

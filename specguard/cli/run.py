@@ -21,8 +21,8 @@ LOAD_FLAGS = LoadFlags(defaults={"dtype": "bfloat16"})  # `specguard run` and `s
 # the SpecGuardConfig fields with a flag of their own (any field: --set KEY=VALUE)
 CONFIG_FLAGS = ModelFlags(SpecGuardConfig, fields=("max_new_tokens", "verifier", "bounds"),
                           types={"bounds": str}, metavars={"bounds": "PATH", "max_new_tokens": "N"},
-                          default_help=dict.fromkeys(("max_new_tokens", "verifier", "bounds"),
-                                                     "the preset's"))
+                          default_help={"max_new_tokens": "none", "verifier": "the preset's",
+                                        "bounds": "the preset's"})
 
 
 def add_run_parser(sub: Any) -> None:

@@ -45,8 +45,9 @@ def add_serve_parser(sub: Any) -> None:
                    help="default config override, repeatable (k=4, tau=0.6); a request may "
                    "override these with its OpenAI fields or extra_body={'specguard': {...}}")
     p.add_argument("--bounds", help="normaliser bounds JSON from `specguard calibrate`")
-    p.add_argument("--max-new-tokens", type=int, default=512,
-                   help="default when a request sets no max_tokens (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None, metavar="N",
+                   help="the answer's token budget when a request sets no max_tokens (default: "
+                   "none, the answer runs until the context window is full, as vLLM's does)")
     add_load_flags(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s; "
                    "use 0.0.0.0 only with --api-key)")
@@ -67,8 +68,8 @@ def add_serve_parser(sub: Any) -> None:
                    "%(default)s; each candidate holds a KV cache)")
     p.add_argument("--max-tokens-cap", type=positive_int, default=None, metavar="N",
                    help="the largest max_tokens (and max_new_tokens, max_steps, max_step_tokens) "
-                   f"a request may ask for (default: {Limits().max_tokens}, or --max-new-tokens "
-                   "if larger)")
+                   "a request may ask for, and the budget of one that sets none (default: no cap "
+                   "but the context window)")
     p.add_argument("--verifier-dir", metavar="DIR", help="a folder of verifier cards a request "
                    "may name (extra_body={'specguard': {'verifier': 'NAME'}}); default: none, "
                    "requests choose 'auto' or 'paper' only")
@@ -191,9 +192,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     cfg = _config(args)
-    limits = Limits(max_k=args.max_k, max_tokens=args.max_tokens_cap or max(
-        Limits().max_tokens, cfg.max_new_tokens), max_body_bytes=args.max_body_bytes,
-        verifier_dir=Path(args.verifier_dir).expanduser() if args.verifier_dir else None)
+    limits = Limits(max_k=args.max_k, max_tokens=args.max_tokens_cap,
+                    max_body_bytes=args.max_body_bytes,
+                    verifier_dir=Path(args.verifier_dir).expanduser() if args.verifier_dir
+                    else None)
     if limits.verifier_dir is not None and not limits.verifier_dir.is_dir():
         print(f"error: --verifier-dir {args.verifier_dir} is not a folder; give the folder of "
               "the verifier cards requests may name", file=sys.stderr)

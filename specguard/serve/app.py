@@ -132,12 +132,15 @@ def create_app(engine: SpecGuardEngine, settings: ServeSettings | None = None) -
             kwargs["chat_template_kwargs"] = req.chat_template_kwargs
         if req.parallel_tool_calls is False:  # the reply ends with its first call
             kwargs["parallel_tool_calls"] = False
-        # the model is told the format; the engine checks it (an invalid draft answer goes to the
-        # target) or, with json_schema's `strict: true`, constrains every token to the schema
+        # the model is told the format, and the engine constrains every token to its grammar
+        # (or, with specguard.response_format_mode="check", checks the answer steps against it)
         if req.response_format and (instruction := formats.format_instruction(
                 req.response_format)):
             messages = formats.with_instruction(messages, instruction)
             kwargs["response_format"] = req.response_format
+        if req.structured_outputs is not None:  # vLLM's: the constraint alone, no instruction
+            kwargs["structured_outputs"] = {k: v for k, v in req.structured_outputs.items()
+                                            if k in formats.STRUCTURED}
         lease = await gen.open(request, [messages], cfgs, **kwargs)
         call = Call("chat", req, lease, arrived, gen.chat_build(bool(req.logprobs), echo),
                     (req.top_logprobs or 0) if req.logprobs else None, (echo,), req.choices)

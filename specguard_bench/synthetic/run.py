@@ -186,6 +186,8 @@ def run_synthetic(settings: SyntheticSettings) -> dict[str, Any]:
         raise ValueError(f"unknown size {settings.size!r}; choose one of {sorted(SIZES)}")
     engine, spec, config, device = build_engine(settings)
     new_tokens = config.max_new_tokens
+    if new_tokens is None:  # build_engine sets it: max_step_tokens x max_steps
+        raise ValueError("the synthetic run needs a token budget")
     vocab_words = min(spec.draft.vocab_size, spec.target.vocab_size) - len(SPECIAL_TOKENS)
     prompts = synthetic_prompts(settings.n_prompts, spec.prompt_words, vocab_words, settings.seed)
     calib = synthetic_prompts(

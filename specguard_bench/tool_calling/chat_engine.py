@@ -114,7 +114,7 @@ class MethodEngine(SpecGuardEngine):
                parallel_tool_calls: bool = True) -> GenerationStream:
         if response_format is not None:
             raise InputError(f"the {self.method} baseline writes with plain generate: a "
-                             "response_format is checked by the SpecGuard methods only")
+                             "response_format is enforced by the SpecGuard methods only")
         if timeout is not None and not timeout > 0:
             raise InputError(f"timeout must be a positive number of seconds, got {timeout!r}")
         messages = normalise_messages(messages_or_prompt)
@@ -141,6 +141,8 @@ class MethodEngine(SpecGuardEngine):
             extra.update(stop_strings=stops, tokenizer=handle.tokenizer)
         if timeout is not None:
             extra["max_time"] = timeout
+        if cfg.max_new_tokens is None:  # the suites pass their own budget (`--max-new-tokens`)
+            raise ValueError("a baseline method needs a token budget: set max_new_tokens")
         new = baseline_ids(self, self.method, prompt, cfg.max_new_tokens, **extra)
         eos = bool(new) and new[-1] in handle.eos_ids
         ids = forced + (new[:-1] if eos else new)

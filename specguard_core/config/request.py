@@ -116,9 +116,19 @@ class SpecGuardConfig(BaseModel):
                                      "draft also ends its run when the product of its "
                                      "probabilities of the run's tokens (its own estimate that the "
                                      "target keeps the whole run) falls below this (0: never)")
+    # answer
+    response_format_mode: Literal["constrain", "check"] = Field(
+        "constrain", description="how a JSON response_format (json_object, json_schema) is "
+        "enforced: 'constrain' (every token of the reply limited to the format's grammar, so the "
+        "answer is JSON matching the schema by construction; needs an in-process target sharing "
+        "the draft's vocabulary), 'check' (each draft answer step is checked and one off the "
+        "format goes to the target; no guarantee, for a served target or a heterogeneous pair). A "
+        "json_schema with strict: true and vLLM's structured_outputs are constrained under both")
     # stop
-    max_new_tokens: int = Field(512, ge=1, description="the answer's token budget")
-    max_steps: int = Field(64, ge=1, description="the answer's step budget")
+    max_new_tokens: int | None = Field(None, ge=1, description="the answer's token budget "
+                                       "(None: until the context window is full)")
+    max_steps: int | None = Field(None, ge=1, description="the answer's step budget (None: no "
+                                  "step cap)")
     stop: tuple[str, ...] = Field((), description="generation ends at any of these strings (cut there)")
     seed: int = Field(0, description="the request's random seed (sampling, speculative sampling)")
     experimental: ExperimentalConfig = Field(

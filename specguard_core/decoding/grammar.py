@@ -1,9 +1,10 @@
-"""Constrained decoding: a JSON schema's grammar as a token mask over the vocabulary (llguidance).
+"""Constrained decoding: a grammar as a token mask over the vocabulary (llguidance).
 
-A strict `response_format` (OpenAI's `{"type": "json_schema", "json_schema": {..., "strict":
-true}}`) constrains every token of the reply: the draft samples, the target's check judges and
-the target's fallback writes only tokens the schema's grammar allows, so the answer is JSON that
-matches the schema by construction (no fence, no prose, no cut-off but the token budget's).
+A constrained response format (`json_object` and every `json_schema` by default, a structured
+output; `decoding/reply_grammar.py`) and owed or strict tool calls (`decoding/tool_grammar.py`)
+constrain every token of the reply: the draft samples, the target's check judges and the target's
+fallback writes only tokens the grammar allows, so the answer is, say, JSON that matches the
+schema by construction (no fence, no prose, no cut-off but the token budget's).
 
 - `GrammarIndex`: one per engine, the tokenizer's index for llguidance (built on first use, about
   3 s for a 150k vocabulary; `benchmarks/notes/2026-12-02-constrained-decoding-cost.md`).
@@ -39,12 +40,17 @@ class GrammarIndex:
         self._lock = threading.Lock()
 
     def index(self) -> Any:
+        """The llguidance tokenizer; a ValueError when this tokenizer cannot be indexed."""
         with self._lock:
             if self._index is None:
                 import llguidance.hf
 
-                self._index = llguidance.hf.from_tokenizer(
-                    self.tokenizer, n_vocab=self.vocab_size, eos_token=self.eos_ids)
+                try:
+                    self._index = llguidance.hf.from_tokenizer(
+                        self.tokenizer, n_vocab=self.vocab_size, eos_token=self.eos_ids)
+                except ValueError as err:
+                    raise ValueError(f"constrained decoding cannot index this tokenizer "
+                                     f"(llguidance: {err})") from None
             return self._index
 
     def for_schema(self, schema: dict[str, Any] | None, start: int) -> Grammar:
@@ -54,7 +60,7 @@ class GrammarIndex:
 
         grammar = llguidance.LLMatcher.grammar_from_json_schema(
             schema if schema is not None else {"type": "object"})
-        return self._matching(grammar, start, "the response_format schema")
+        return self.for_grammar(grammar, start, "the response_format schema")
 
     def for_lark(self, lark: str, start: int, what: str) -> Grammar:
         """A request's grammar for the Lark grammar `lark` (llguidance's dialect, `%json`
@@ -62,15 +68,22 @@ class GrammarIndex:
         compiled."""
         import llguidance
 
-        return self._matching(llguidance.grammar_from("lark", lark), start, what)
+        return self.for_grammar(llguidance.grammar_from("lark", lark), start, what)
 
-    def _matching(self, grammar: str, start: int, what: str) -> Grammar:
+    def for_grammar(self, grammar: str, start: int, what: str,
+                    fix: str = "simplify it or drop 'strict'") -> Grammar:
+        """A request's grammar for llguidance's grammar text `grammar` (Lark, or its JSON form
+        with named grammars) over the reply from token `start`; a ValueError naming `what` and
+        saying `fix` when it cannot be compiled."""
         import llguidance
 
-        matcher = llguidance.LLMatcher(self.index(), grammar)
+        try:
+            index = self.index()
+        except ValueError as err:
+            raise ValueError(f"{what} cannot be enforced: {err}; {fix}") from None
+        matcher = llguidance.LLMatcher(index, grammar)
         if matcher.is_error():
-            raise ValueError(f"{what} cannot be enforced: {matcher.get_error()}; simplify it "
-                             "or drop 'strict'")
+            raise ValueError(f"{what} cannot be enforced: {matcher.get_error()}; {fix}")
         return Grammar(matcher, start, self.vocab_size)
 
 
@@ -89,6 +102,17 @@ class Grammar:
         a sequence has refused it at its first breaking token already)."""
         packed = self._packed(seq)
         return None if packed is None else _unpack(packed[None], self.vocab_size)[0]
+
+    def valid_prefix(self, seq: Sequence[int]) -> int:
+        """How many leading tokens of reply tokens `seq` the grammar allows."""
+        if self._seek(tuple(seq)):
+            return len(seq)
+        done = len(self._consumed)  # the matcher stands after the prefix it shares with `seq`
+        return done + int(self.matcher.validate_tokens(list(seq[done:])))
+
+    def accepts(self, seq: Sequence[int]) -> bool:
+        """Whether the reply may end after reply tokens `seq` (they make a whole text of it)."""
+        return self._seek(tuple(seq)) and bool(self.matcher.is_accepting())
 
     def mask(self, logits: torch.Tensor, seqs: Sequence[Sequence[int]]) -> torch.Tensor:
         """`logits: [N, V']` with row i after full sequence `seqs[i]` (prompt included) ->

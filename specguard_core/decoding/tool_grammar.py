@@ -8,7 +8,9 @@ Two cases constrain the reply, as vLLM does for its structured tool calls:
 - strict function tools (`"strict": true`, as the `openai` SDK's `pydantic_function_tool` and
   LangChain's `bind_tools(..., strict=True)` send) under `tool_choice="auto"`: free text, then any
   number of calls; a strict tool's arguments match its schema, a tool without `strict` takes any
-  JSON object; only offered tools can be named.
+  JSON object; only offered tools can be named;
+- a constrained response format beside the tools (`decoding/reply_grammar.py`), no call owed:
+  the format's answer or one or more calls (arguments as under strict tools), nothing else.
 
 When the chat template thinks (it names `<think>`) and `<think>`/`</think>` are tokens of the
 vocabulary, an optional think block may come first (a reasoning model thinks before it calls).
@@ -40,11 +42,22 @@ def call_format(tokenizer: Any, tool_open: str | None, tool_close: str | None
     (None when it has no such markers: no grammar can say where a call goes)."""
     if not tool_open or not tool_close:
         return None
-    think = None
-    if "<think>" in str(getattr(tokenizer, "chat_template", "") or ""):  # a thinking template
-        opens, closes = _single(tokenizer, "<think>"), _single(tokenizer, "</think>")
-        think = (opens, closes) if opens and closes else None
-    return CallFormat(_term(tokenizer, tool_open), _term(tokenizer, tool_close), think)
+    return CallFormat(_term(tokenizer, tool_open), _term(tokenizer, tool_close),
+                      think_terms(tokenizer))
+
+
+def think_terms(tokenizer: Any) -> tuple[str, str] | None:
+    """The think block's (open, close) token terms of a thinking template (one that names
+    `<think>`) whose markers are single tokens, else None."""
+    if "<think>" not in str(getattr(tokenizer, "chat_template", "") or ""):
+        return None
+    opens, closes = _single(tokenizer, "<think>"), _single(tokenizer, "</think>")
+    return (opens, closes) if opens and closes else None
+
+
+def think_rule(think: tuple[str, str]) -> str:
+    """The Lark rule `think`: an optional think block's markers around any text."""
+    return f"think: {think[0]} /(.|\\n)*/ {think[1]} /[ \\n]*/"
 
 
 def strict_tools(tools: Sequence[dict[str, Any]]) -> list[str]:
@@ -52,26 +65,28 @@ def strict_tools(tools: Sequence[dict[str, Any]]) -> list[str]:
     return [t["function"]["name"] for t in tools if t["function"].get("strict") is True]
 
 
-def calls_lark(tools: Sequence[dict[str, Any]], required: str | None, fmt: CallFormat
-               ) -> str | None:
+def calls_lark(tools: Sequence[dict[str, Any]], required: str | None, fmt: CallFormat,
+               answer: str | None = None) -> str | None:
     """The Lark grammar of a reply to `tools` (checked, non-empty) with the tool choice still owed
-    `required` ("*", a name or None); None when nothing is constrained (no call owed and no
-    strict tool)."""
+    `required` ("*", a name or None); `answer`: the term of a format's answer, which the reply may
+    be instead of calls when none is owed. None when nothing is constrained (no call owed, no
+    strict tool, no answer)."""
     strict = set(strict_tools(tools))
-    if required is None and not strict:
+    if required is None and not strict and answer is None:
         return None
     if required not in (None, "*"):
         body = _call_schema([t for t in tools if t["function"]["name"] == required], None)
         reply = "call"
     else:
         body = _call_schema(tools, None if required == "*" else strict)
-        reply = 'call ("\\n" call)*' if required == "*" else 'TEXT? (call "\\n"?)*'
+        reply = 'call ("\\n" call)*' if required == "*" else \
+            f'({answer} | call ("\\n" call)*)' if answer else 'TEXT? (call "\\n"?)*'
     lines = [f"start: think? {reply}" if fmt.think else f"start: {reply}",
              f'call: {fmt.open} "\\n" body "\\n" {fmt.close}',
              f"body: %json {json.dumps(body)}",
              "TEXT: /(.|\\n)+/"]
     if fmt.think:
-        lines.append(f"think: {fmt.think[0]} /(.|\\n)*/ {fmt.think[1]} /[ \\n]*/")
+        lines.append(think_rule(fmt.think))
     return "\n".join(lines) + "\n"
 
 

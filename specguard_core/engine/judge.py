@@ -92,7 +92,7 @@ class Judge:
         scored it (tentative: kept or discarded by what follows)."""
         reason, call = structural_check(cand.text, kind, req.tools, req.required,
                                         self.target.tokenizer, req.response_template,
-                                        req.response_format,
+                                        req.answer_check,
                                         req.answer_text(), cand.end == "eos")
         tpass, plan = None, req.plan
         if plan.scoring == "target":

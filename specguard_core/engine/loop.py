@@ -84,7 +84,7 @@ class SpecGuardEngine:
         self._turns = Turns()
         self._selectors: dict[tuple[str, str | None], Selector] = {}
         self.judge = Judge(self.draft, self.target, same_vocab)
-        self.grammars = GrammarIndex(  # strict response formats' token masks, built when first used
+        self.grammars = GrammarIndex(  # constrained decoding's token masks, built when first used
             self.target.tokenizer, sorted(self.draft.eos_ids | self.target.eos_ids),
             max(_vocab_width(self.draft), _vocab_width(self.target)))
 
@@ -173,6 +173,7 @@ class SpecGuardEngine:
                  chat_template_kwargs: Mapping[str, Any] | None = None,
                  parallel_tool_calls: bool = True, continue_final_message: bool | None = None,
                  top_logprobs: int = 0, prompt_logprobs: bool | Literal["only"] = False,
+                 structured_outputs: Any = None,
                  **overrides: Any) -> GenerationResult:
         """Run to completion with `config` (default: the engine's), then any keyword overrides of
         its fields (k=4, tau=0.6, ...). See `stream` for the rest."""
@@ -182,7 +183,7 @@ class SpecGuardEngine:
                              parallel_tool_calls=parallel_tool_calls,
                              continue_final_message=continue_final_message,
                              top_logprobs=top_logprobs, prompt_logprobs=prompt_logprobs,
-                             **overrides)
+                             structured_outputs=structured_outputs, **overrides)
         for _ in stream:
             pass
         return stream.result
@@ -194,6 +195,7 @@ class SpecGuardEngine:
                chat_template_kwargs: Mapping[str, Any] | None = None,
                parallel_tool_calls: bool = True, continue_final_message: bool | None = None,
                top_logprobs: int = 0, prompt_logprobs: bool | Literal["only"] = False,
+               structured_outputs: Any = None,
                **overrides: Any) -> GenerationStream:
         """Yield each `StepRecord` as soon as it is committed. Input is validated here, eagerly;
         the request runs with `config` (default: the engine's) and keyword overrides of its fields.
@@ -209,10 +211,12 @@ class SpecGuardEngine:
         same alternatives); "only": and the request writes nothing (vLLM's `max_tokens=0`, how
         lm-eval computes log-likelihoods).
         `response_format` ("json", a JSON schema, or OpenAI's json_schema/json_object dict) makes
-        answer steps structurally checked: a draft answer that is not (on course to) one matching
-        JSON object is rejected and the target writes the step; bare JSON is then never a call.
-        A `json_schema` with `"strict": true` constrains every token to the schema's grammar
-        instead (`decoding/grammar.py`; no tools then).
+        the answer one JSON object (matching the schema): every token is constrained to the
+        format's grammar (`decoding/reply_grammar.py`), and with tools offered the reply is that
+        answer or tool calls; with `response_format_mode="check"` (not for `strict: true`) answer
+        steps are checked instead, and a draft answer off the format goes to the target. Bare
+        JSON is then never a call. `structured_outputs` (vLLM's: `choice`, `regex`, `json`,
+        `grammar`) constrains the answer the same way.
         `timeout` (seconds, from this call, waiting for the engine included) stops the work within
         one forward pass and raises TimeoutError from the stream. `parallel_tool_calls=False`
         ends the reply with its first tool call (OpenAI's and vLLM's field of that name)."""
@@ -221,7 +225,8 @@ class SpecGuardEngine:
                            timeout=timeout, chat_template_kwargs=chat_template_kwargs,
                            parallel_tool_calls=parallel_tool_calls, overrides=overrides,
                            reading=Reading(continue_final_message, top_logprobs,
-                                           prompt_logprobs))
+                                           prompt_logprobs),
+                           structured_outputs=structured_outputs)
         holder: dict[str, GenerationResult] = {}
         return GenerationStream(self._session(req, holder), holder, req.cancel,
                                 lambda: req.prompt_scores)

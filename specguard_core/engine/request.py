@@ -17,6 +17,7 @@ import torch
 
 from specguard_core.cache.state import CacheState
 from specguard_core.config import SpecGuardConfig
+from specguard_core.decoding.answer_check import AnswerCheck
 from specguard_core.decoding.grammar import Grammar
 from specguard_core.decoding.sampling import Shaping
 from specguard_core.engine.accept import TokenRule
@@ -39,6 +40,8 @@ from specguard_core.types import (
     ToolCall,
     Usage,
 )
+
+NO_BOUND = 2**31 - 1  # tokens left when neither max_new_tokens nor a known window bounds them
 
 
 class Phases(dict[str, float]):
@@ -98,8 +101,9 @@ class Request:
     plan: Plan  # which path its steps take (`plan.py`), decided when it opened
     tokenizer: Any = None
     response_template: dict[str, Any] | None = None  # parses tool calls (`text.tool_calls`)
-    response_format: ResponseFormat | None = None  # the answer must be JSON (matching a schema)
-    grammar: Grammar | None = None  # a strict format's or the tool calls' token mask
+    response_format: ResponseFormat | None = None  # what the answer must be (JSON, a regex, ...)
+    grammar: Grammar | None = None  # a constrained format's or the tool calls' token mask
+    answer_check: AnswerCheck | None = None  # a format on the check-only path: answer steps checked
     parallel_tool_calls: bool = True  # False: the reply ends with its first tool call
     top_logprobs: int = 0  # alternatives recorded per token (`StepRecord.top_logprobs`)
     prompt_logprobs: bool = False  # the target scores the prompt (`GenerationResult.prompt_logprobs`)
@@ -172,12 +176,13 @@ class Request:
         return self.budget(self.target) == 0 or self.budget(self.draft) == 0
 
     def budget(self, state: CacheState) -> int:
-        """Tokens the next step may take: step cap, max_new_tokens left, context window left."""
+        """Tokens the next step may take: step cap, max_new_tokens left (when set), context window
+        left."""
         return max(0, min(self.cfg.max_step_tokens, self._left(state)))
 
     def call_budget(self) -> int:
         """Tokens the next step may take when it opens a tool call, which no step cap cuts:
-        max_new_tokens left and either model's context window left."""
+        max_new_tokens left (when set) and either model's context window left."""
         return max(0, min(self._left(self.draft), self._left(self.target)))
 
     def grace(self) -> int:
@@ -188,9 +193,11 @@ class Request:
         return max(0, min(WHOLE_CHAR_GRACE, *left))
 
     def _left(self, state: CacheState) -> int:
-        """Tokens the request may still write into `state`: max_new_tokens left, and the context
-        window left (a window of 0 is no window: the model's size is unknown)."""
-        left = self.cfg.max_new_tokens - self.n_new
+        """Tokens the answer may still take in `state`'s model: its context window's room (a
+        window of 0 is no window: the model's size is unknown), and what `max_new_tokens` leaves
+        when it is set (unset and no window: no bound here)."""
+        cap = self.cfg.max_new_tokens
+        left = NO_BOUND if cap is None else cap - self.n_new
         if self.context_window > 0:
             left = min(left, self.context_window - len(state.ids) - len(state.pending) - 1)
         return left
@@ -280,13 +287,14 @@ class Request:
             self.finish = "stop"
         elif self._spent():
             self.finish = "length"
-        elif len(self.steps) >= self.cfg.max_steps:
+        elif self.cfg.max_steps is not None and len(self.steps) >= self.cfg.max_steps:
             self.finish = "max_steps"
         if self.finish == "stop" and self.tool_calls:
             self.finish = "tool_calls"
 
     def _spent(self) -> bool:
-        return self.n_new >= self.cfg.max_new_tokens or self.out_of_room()
+        cap = self.cfg.max_new_tokens
+        return (cap is not None and self.n_new >= cap) or self.out_of_room()
 
     def raw_text(self) -> str:
         return "".join(s.text for s in self.steps)

@@ -20,7 +20,8 @@ from specguard_core.text.messages import (
     content_text,
     normalise_messages,
 )
-from specguard_core.text.schema import loads_untrusted, unresolvable_ref, validator
+from specguard_core.text.patterns import pattern_problem
+from specguard_core.text.schema import check_schema, loads_untrusted, unresolvable_ref
 from specguard_core.text.tool_calls import forced_call_prefix, parse_tool_call
 from specguard_core.text.tool_choice import ToolChoice, parse_tool_choice
 from specguard_core.text.vocab_bytes import token_bytes
@@ -61,7 +62,7 @@ def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
                              "pass a JSON schema object ({'type': 'object', 'properties': "
                              "{...}}), or None for a tool that takes no arguments")
         try:
-            validator(params).check_schema(params)
+            check_schema(params)
             ref = unresolvable_ref(params)
         except jsonschema.SchemaError as err:
             raise InputError(f"tool {quoted(name)} has an invalid JSON schema: "
@@ -73,6 +74,8 @@ def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
             raise InputError(f"tool {quoted(name)} has a schema $ref {quoted(ref)} that does not "
                              "resolve inside the schema; SpecGuard never fetches schemas: inline "
                              "the definition under $defs")
+        if (problem := pattern_problem(params)) is not None:
+            raise InputError(f"tool {quoted(name)} has an unusable schema: {problem}")
         checked.append({"type": "function", "function": {**fn, "parameters": params}})
     return checked
 

@@ -1,38 +1,54 @@
-"""Response formats: what a request's answer must be (any JSON object, or JSON matching a schema),
-and the structural check of answer text against it.
+"""Response formats: what a request's answer must be, and the answer text the caller gets.
 
-`ResponseFormat.of(...)` takes the forms callers pass (OpenAI's `{"type": "json_schema", ...}` and
-`{"type": "json_object"}`, `"json"`, or a JSON schema itself); `check_answer` is a pure function the
-verifier applies to each answer step, like the schema check of a tool call; `final_text` is the
-finished answer as a JSON parser reads it (a ```json fence the check allows taken off).
+`ResponseFormat.of(...)` takes the forms callers pass as `response_format` (OpenAI's
+`{"type": "json_schema", ...}` and `{"type": "json_object"}`, `"json"`, or a JSON schema itself);
+`ResponseFormat.structured(...)` takes vLLM's `structured_outputs` (`choice`, `regex`, `json`,
+`grammar`, or `json_object: true`). The engine enforces a format with a grammar over the reply
+(`decoding/reply_grammar.py`) or, on the check-only path, checks each answer step against it
+(`decoding/answer_check.py`); `final_text` is the finished answer as the caller gets it.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 import jsonschema
 
 from specguard_core.text.chat import content_text
 from specguard_core.text.errors import FREE_TEXT_LIMIT, quoted
+from specguard_core.text.patterns import pattern_problem
+from specguard_core.text.schema import check_schema, unresolvable_ref
 
+FormatKind = Literal["json", "regex", "choice", "grammar"]
+FormatMode = Literal["constrain", "check"]  # `SpecGuardConfig.response_format_mode`
+STRUCTURED = ("choice", "regex", "json", "grammar", "json_object")  # vLLM's structured_outputs
 _FENCE_OPEN = re.compile(r"^```(?:json)?\s*")
-_NUMBER_START = re.compile(r"-?\d*\.?\d*(?:[eE][-+]?\d*)?")
 
 
 @dataclass(frozen=True)
 class ResponseFormat:
-    """The answer is one JSON object; when `schema` is set it must also validate against it.
-    `strict` (OpenAI's `json_schema.strict`): every token is constrained to the schema's grammar
-    (`decoding/grammar.py`), so the answer matches it by construction; otherwise the answer steps
-    are checked and a draft answer off the format goes to the target."""
+    """What the answer must be. `kind` "json": one JSON object, matching `schema` when it is set;
+    "regex": text `source` matches whole; "choice": one of `choices`; "grammar": text in the
+    grammar `source` (Lark or GBNF, as llguidance reads them). `strict`: always constrained by
+    the grammar (OpenAI's `json_schema.strict`; every structured output); other JSON formats are
+    constrained under `response_format_mode="constrain"` (the default) and checked step by step
+    under "check" (`constrained`)."""
 
     schema: dict[str, Any] | None = None
     name: str = "response"
     strict: bool = False
+    kind: FormatKind = "json"
+    source: str = ""  # regex: the pattern; grammar: the grammar's text
+    choices: tuple[str, ...] = ()  # choice: the answers allowed
+    origin: Literal["response_format", "structured_outputs"] = "response_format"  # the field
+
+    def constrained(self, mode: FormatMode) -> bool:
+        """Whether the grammar constrains the reply under `mode` (else answer steps are checked)."""
+        return self.strict or self.kind != "json" or mode == "constrain"
 
     @classmethod
     def of(cls, value: Any) -> ResponseFormat | None:
@@ -60,69 +76,83 @@ class ResponseFormat:
                                  f"not {quoted(strict)}")
         else:
             schema, name, strict = value, str(value.get("title") or "response"), False
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as err:
-            raise ValueError("response_format has an invalid JSON schema: "
-                             f"{quoted(err.message, FREE_TEXT_LIMIT)}; fix the schema (JSON "
-                             "Schema 2020-12)") from None
-        return cls(schema, name, bool(strict))
+        return cls(_checked(schema, "response_format"), name, bool(strict))
+
+    @classmethod
+    def structured(cls, value: Any) -> ResponseFormat | None:
+        """vLLM's `structured_outputs` (None: none): exactly one of `choice` (non-empty strings),
+        `regex`, `json` (a JSON schema, as an object or its JSON text), `grammar` (Lark or
+        GBNF) or `json_object: true`; always constrained. Raises ValueError naming the rule."""
+        if value is None:
+            return None
+        usage = ("structured_outputs takes exactly one of choice (a list of non-empty strings), "
+                 "regex (a string), json (a JSON schema), grammar (Lark or GBNF text) or "
+                 "json_object: true")
+        if not isinstance(value, Mapping) or set(value) - set(STRUCTURED):
+            raise ValueError(usage)
+        given = [k for k in STRUCTURED if value.get(k) not in (None, False)]
+        if len(given) != 1:
+            raise ValueError(usage)
+        kind, spec = given[0], value[given[0]]
+        out = cls(strict=True, origin="structured_outputs")
+        if kind == "json_object" and spec is True:
+            return out
+        if kind == "json":
+            schema = _schema_text(spec) if isinstance(spec, str) else spec
+            if isinstance(schema, dict):
+                return replace(out, schema=_checked(schema, "structured_outputs.json"))
+        if kind == "choice" and isinstance(spec, list) and spec and \
+                all(isinstance(c, str) and c for c in spec):
+            return replace(out, kind="choice", choices=tuple(spec))
+        if kind == "regex" and isinstance(spec, str) and spec:
+            return replace(out, kind="regex", source=spec)
+        if kind == "grammar" and isinstance(spec, str) and spec.strip():
+            return replace(out, kind="grammar", source=spec)
+        raise ValueError(usage)
+
+
+def _schema_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise ValueError("structured_outputs.json must be a JSON schema (an object, or its "
+                         "JSON text)") from None
+
+
+def _checked(schema: dict[str, Any], where: str) -> dict[str, Any]:
+    """`schema`, a valid JSON schema whose `$ref`s resolve inside it and whose patterns can be
+    matched in bounded time; else a ValueError saying what to fix."""
+    try:
+        check_schema(schema)
+        ref = unresolvable_ref(schema)
+    except jsonschema.SchemaError as err:
+        raise ValueError(f"{where} has an invalid JSON schema: "
+                         f"{quoted(err.message, FREE_TEXT_LIMIT)}; fix the schema (JSON "
+                         "Schema 2020-12)") from None
+    except RecursionError:
+        raise ValueError(f"{where} has a JSON schema nested too deeply") from None
+    if ref is not None:
+        raise ValueError(f"{where} has a schema $ref {quoted(ref)} that does not resolve inside "
+                         "the schema; SpecGuard never fetches schemas: inline the definition "
+                         "under $defs")
+    if (problem := pattern_problem(schema)) is not None:
+        raise ValueError(f"{where} has an unusable schema: {problem}")
+    return schema
 
 
 def _unfenced(text: str) -> str:
+    """The text without a Markdown fence around it (the check-only path lets one through)."""
     body = _FENCE_OPEN.sub("", text.strip(), count=1) if text.strip().startswith("```") else text
     body = body.strip()
     return body[:-3].rstrip() if body.endswith("```") else body
 
 
-def _cut_off(body: str, err: json.JSONDecodeError) -> bool:
-    """Whether the JSON error is only that the text ends too early. (Not pydantic-core's partial
-    parsing: `from_json(..., allow_partial=True)` also accepts text that is wrong already, such as
-    `{"age": 4x`, returning what it read before the error.)"""
-    rest = body[err.pos:].strip()
-    return (err.pos >= len(body) or err.msg.startswith("Unterminated string")
-            or any(word.startswith(rest) for word in ("true", "false", "null"))
-            or _NUMBER_START.fullmatch(rest) is not None)
-
-
-def check_answer(answer: str, fmt: ResponseFormat, done: bool) -> str | None:
-    """Why `answer` (the answer text so far, this step included) breaks `fmt`, or None.
-
-    While the answer is not `done`, JSON cut off at the end is not an error (the next step may
-    finish it); prose, a value that is not an object, text after the object and a schema violation
-    always are.
-    """
-    body = _unfenced(answer)
-    if not body:
-        return "response_format asks for a JSON object, got no answer" if done else None
-    try:
-        value, end = json.JSONDecoder(strict=False).raw_decode(body)
-    except json.JSONDecodeError as err:
-        if not done and _cut_off(body, err):
-            return None
-        return f"response_format asks for JSON, got text that is not JSON: {err.msg}"
-    except RecursionError:
-        return "response_format asks for JSON, got JSON nested too deeply"
-    if body[end:].strip():
-        return "response_format asks for one JSON object, got text after it"
-    if not isinstance(value, dict):
-        return f"response_format asks for a JSON object, got {type(value).__name__}"
-    if fmt.schema is not None:
-        try:
-            jsonschema.validate(value, fmt.schema)
-        except jsonschema.ValidationError as err:
-            return f"answer does not match the response_format schema: {err.message}"
-        except jsonschema.exceptions.SchemaError as err:  # pragma: no cover - checked in `of`
-            return f"response_format schema error: {err.message}"
-    return None
-
-
 def final_text(text: str, fmt: ResponseFormat | None) -> str:
-    """The finished answer text as the caller gets it: unchanged without a format; under one, the
-    JSON itself, so that `json.loads(text)` reads what `check_answer` accepted: a ```json fence
-    around it is taken off, and a raw control character inside a string (which the check, like
-    most models' readers, tolerates) is escaped by writing the object out again."""
-    if fmt is None:
+    """The finished answer text as the caller gets it: unchanged without a format or under a
+    regex, choice or grammar; under a JSON format, the JSON itself, so that `json.loads(text)`
+    reads it: a ```json fence around it (which the check-only path lets through) is taken off,
+    and a raw control character inside a string is escaped by writing the object out again."""
+    if fmt is None or fmt.kind != "json":
         return text
     body = _unfenced(text)
     try:
@@ -144,8 +174,8 @@ _JSON_ONLY = "Reply with a single JSON object and nothing else."
 
 def format_instruction(response_format: dict[str, Any]) -> str | None:
     """OpenAI's `response_format` (`json_schema` or `json_object`) as an instruction for the model,
-    which neither the engine's check nor a strict format's grammar replaces (a grammar says which
-    tokens may come, not what the answer should say); None for any other type (plain text)."""
+    which neither the grammar nor the check replaces (a grammar says which tokens may come, not
+    what the answer should say); None for any other type (plain text)."""
     kind = response_format.get("type")
     if kind == "json_schema":
         schema = response_format.get("json_schema", {}).get("schema", {})

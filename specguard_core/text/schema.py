@@ -2,19 +2,25 @@
 
 Pure functions, no I/O: `loads_untrusted` refuses NaN/Infinity, `json_problem` walks a value
 iteratively (any depth is safe to check), `validator` resolves `$ref`s inside the schema only (a
-remote reference is an error, never a download), `unresolvable_ref` finds one that does not resolve.
+remote reference is an error, never a download) and matches `pattern` / `patternProperties` in
+bounded time (`text/patterns.py`), `unresolvable_ref` finds a `$ref` that does not resolve.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from functools import cache
 from typing import Any
 
 import jsonschema
+import regex
 from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012, specification_with
+
+from specguard_core.text import patterns
 
 MAX_JSON_DEPTH = 64  # deeper tool-call arguments are refused: nothing real nests that deep, and
 # recursive consumers (deepcopy, jsonschema, templates) would hit Python's recursion limit
@@ -66,11 +72,84 @@ _OFFLINE = Registry(retrieve=_no_retrieval)  # type: ignore[call-arg]
 
 def validator(schema: Any) -> Any:
     """A JSON-schema validator for `schema` (its `$schema` dialect, else 2020-12) that resolves
-    references inside the schema only: a remote `$ref` is an error, never a download."""
+    references inside the schema only (a remote `$ref` is an error, never a download) and matches
+    patterns with a time bound (a match past it fails). A schema that `patterns.pattern_problem`
+    refuses must not get here."""
     dialect = schema.get("$schema") if isinstance(schema, dict) else None
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator) \
         if isinstance(dialect, str) else jsonschema.Draft202012Validator  # a bad one fails check
-    return cls(schema, registry=_OFFLINE)
+    return _bounded(cls)(schema, registry=_OFFLINE)
+
+
+def check_schema(schema: Any) -> None:
+    """Raise `jsonschema.SchemaError` unless `schema` is a valid schema of its dialect, its
+    patterns read as the `regex` package that matches them reads them (not as Python's `re`: a
+    JSON schema may use `\\p{L}`)."""
+    validator(schema).check_schema(schema, format_checker=_FORMATS)
+
+
+def _compiles(value: Any) -> bool:
+    if isinstance(value, str):
+        regex.compile(value)  # raises regex.error: the format check fails
+    return True
+
+
+_FORMATS = jsonschema.FormatChecker()  # the usual formats, "regex" as the `regex` package reads it
+_FORMATS.checks("regex", raises=(regex.error, OverflowError, RecursionError))(_compiles)
+
+
+@cache
+def _bounded(cls: Any) -> Any:
+    """`cls` with its three regex-matching keywords matched by `patterns.search`."""
+    return jsonschema.validators.extend(cls, validators={
+        "pattern": _pattern, "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties})
+
+
+def _matches(pattern: str, text: str) -> bool | str:
+    """True / False, or why it could not be decided (the time bound)."""
+    try:
+        return patterns.search(pattern, text)
+    except patterns.PatternTimeout as err:
+        return str(err)
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    if validator.is_type(instance, "string"):
+        found = _matches(pattern, instance)
+        if found is not True:
+            yield jsonschema.ValidationError(found or f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, pattern_props: dict[str, Any], instance: Any,
+                        schema: Any) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in pattern_props.items():
+        for key, value in instance.items():
+            found = _matches(pattern, key)
+            if isinstance(found, str):
+                yield jsonschema.ValidationError(found)
+            elif found:
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, extra: Any, instance: Any, schema: Any
+                           ) -> Iterator[Any]:
+    """jsonschema's `additionalProperties`, with `patternProperties` matched in bounded time (a
+    key whose match times out counts as additional)."""
+    if not validator.is_type(instance, "object"):
+        return
+    named, matching = schema.get("properties", {}), list(schema.get("patternProperties", {}))
+    extras = [k for k in instance if k not in named
+              and not any(_matches(p, k) is True for p in matching)]
+    if validator.is_type(extra, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], extra, path=key)
+    elif not extra and extras:
+        yield jsonschema.ValidationError(
+            f"Additional properties are not allowed ({', '.join(map(repr, sorted(extras)))} "
+            f"{'was' if len(extras) == 1 else 'were'} unexpected)")
 
 
 def unresolvable_ref(schema: Any) -> str | None:

@@ -35,7 +35,7 @@ try:
         PrivateAttr,
         model_validator,
     )
-    from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW
+    from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW, DEFAULT_NUM_OUTPUTS
     from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
     from llama_index.core.llms.function_calling import FunctionCallingLLM
 except ImportError as err:  # pragma: no cover - depends on the environment
@@ -159,7 +159,9 @@ class SpecGuardLLM(ToolCalls, ChatCalls, LoaderFields, _LLMFields):
         window, name = self._pair_facts()
         return LLMMetadata(
             context_window=self.context_window or window or DEFAULT_CONTEXT_WINDOW,
-            num_output=self._config(self._ready_engine(), {}).max_new_tokens,
+            # no budget (the answer runs until the window is full): LlamaIndex's own default room
+            num_output=self._config(self._ready_engine(), {}).max_new_tokens
+            or DEFAULT_NUM_OUTPUTS,
             is_chat_model=True,
             is_function_calling_model=True,
             model_name=self.model_name or name,

@@ -7,9 +7,9 @@ import math
 import re
 from typing import Any
 
-from specguard.serve.api.untrusted import regex_keyword
 from specguard_core.text.chat import _RENDER_ARGS
 from specguard_core.text.errors import InputError
+from specguard_core.text.formats import STRUCTURED
 from specguard_core.text.tool_choice import parse_tool_choice
 
 MAX_TEMPLATE_KWARGS = 16  # chat_template_kwargs: variables per request
@@ -63,24 +63,34 @@ def format_problems(fmt: dict[str, Any] | None) -> list[tuple[str, str]]:
                                     "'json_schema': {'name': '...', 'schema': {...}} (objects)")]
     return []
 
-def regex_problems(tools: list[dict[str, Any]] | None, response_format: dict[str, Any] | None
-                   ) -> list[tuple[str, str]]:
-    """Regular expressions in client schemas are refused: the engine checks model output
-    against them with Python's `re`, which has no time bound (`^(a+)+$` can take forever)."""
-    schemas: list[tuple[str, Any]] = [
-        (f"tools[{i}]", t.get("function", {}).get("parameters") if isinstance(
-            t.get("function"), dict) else None) for i, t in enumerate(tools or [])]
-    if isinstance(response_format, dict) and \
-            isinstance(spec := response_format.get("json_schema"), dict):
-        schemas.append(("response_format", spec.get("schema")))
-    for where, schema in schemas:
-        if (keyword := regex_keyword(schema)) is not None:
-            param = "tools" if where.startswith("tools") else where
-            return [(param, f"{where} uses the JSON-schema keyword {keyword!r}: this server "
-                            "does not take regular expressions in schemas (matching model "
-                            "output against one has no time bound); describe the format in "
-                            "the description instead")]
+
+# vLLM's structured_outputs fields besides the constraint, accepted at their defaults (and
+# `disable_fallback` at any value: there is no other backend to fall back to here)
+_STRUCTURED_NO_OPS: dict[str, Any] = {"disable_any_whitespace": False,
+                                      "disable_additional_properties": False,
+                                      "whitespace_pattern": None, "structural_tag": None}
+
+
+def structured_problems(structured: dict[str, Any] | None,
+                        response_format: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """vLLM's structured_outputs: one of the constraints the engine reads (which checks their
+    values: `ResponseFormat.structured`), vLLM's other fields at the values that are what this
+    server does, and no response_format beside it."""
+    if structured is None:
+        return []
+    if response_format is not None and response_format.get("type") != "text":
+        return [("structured_outputs", "structured_outputs and response_format both constrain "
+                                       "the answer; send one of them")]
+    if set(structured) - set(STRUCTURED) - set(_STRUCTURED_NO_OPS) - {"disable_fallback"} or \
+            sum(structured.get(k) not in (None, False) for k in STRUCTURED) != 1:
+        return [("structured_outputs", "structured_outputs takes exactly one of choice, regex, "
+                                       "json, grammar or json_object")]
+    for name, default in _STRUCTURED_NO_OPS.items():
+        if structured.get(name) not in (default, None):
+            return [("structured_outputs", f"structured_outputs.{name} is supported at its "
+                                           "default only; leave it unset")]
     return []
+
 
 def tool_choice_problems(choice: Any, tools: list[dict[str, Any]] | None
                          ) -> list[tuple[str, str]]:

@@ -52,15 +52,21 @@ def request_config(base: SpecGuardConfig, req: ChatCompletionRequest | Completio
                    limits: Limits | None = None) -> SpecGuardConfig:
     """The request's SpecGuardConfig: the server's config, then the OpenAI sampling fields (and
     vLLM's top_k, min_p, repetition_penalty), then the `specguard` extension's knobs (a knob set
-    in both places must have one value: `problems` refuses two). Raises ValueError naming the bad
-    field, without the values sent."""
+    in both places must have one value: `problems` refuses two); a budget over the operator's
+    `limits.max_tokens`, or none under it, is that cap. Raises ValueError naming the bad field,
+    without the values sent."""
+    limits = limits or Limits()
     overrides = req.openai_knobs()
     if req.specguard is not None:
-        overrides.update(req.specguard.overrides(limits or Limits()))
+        overrides.update(req.specguard.overrides(limits))
     try:
-        return base.merged(**overrides)
+        cfg = base.merged(**overrides)
     except ValidationError as err:
         raise ValueError(validation_text(err)) from None
+    cap = limits.max_tokens  # the operator's cap bounds a request that sets no budget too
+    if cap is not None and (cfg.max_new_tokens is None or cfg.max_new_tokens > cap):
+        cfg = cfg.merged(max_new_tokens=cap)
+    return cfg
 
 
 def choice_configs(cfg: SpecGuardConfig, n: int) -> list[SpecGuardConfig]:

@@ -26,12 +26,14 @@ class Limits:
     """The operator's bounds on what a client may send and ask for (`specguard serve` flags)."""
 
     max_k: int = 8  # k and fallback_k at most this (each candidate holds a KV cache)
-    max_tokens: int = 4096  # max_tokens, max_new_tokens, max_step_tokens, max_steps at most this
+    # max_tokens, max_new_tokens, max_step_tokens, max_steps at most this, and a request that sets
+    # no max_tokens gets at most this many; None: no cap but the context window
+    max_tokens: int | None = None
     verifier_dir: Path | None = None  # folder of the verifier cards a client may name; None: none
     max_body_bytes: int = 8 << 20  # the largest request body, refused before it is parsed
 
     def __post_init__(self) -> None:
-        if min(self.max_k, self.max_tokens, self.max_body_bytes) < 1:
+        if min(self.max_k, self.max_tokens or 1, self.max_body_bytes) < 1:
             raise ValueError("max_k, max_tokens and max_body_bytes must be >= 1")
 
 
@@ -75,6 +77,9 @@ class SpecGuardExtension(BaseModel):
     stop: str | list[str] | None = Field(None, description="strings that end generation")
     max_new_tokens: int | None = Field(None, ge=1, description="the answer's token budget "
                                        "(at most Limits.max_tokens)")
+    response_format_mode: Literal["constrain", "check"] | None = Field(
+        None, description="how a JSON response_format is enforced: 'constrain' (by the grammar) "
+        "or 'check' (answer steps checked, no guarantee)")
     # the algorithm
     k: int | None = Field(None, ge=1, description="draft candidates per step (at most "
                           "Limits.max_k)")
@@ -120,7 +125,8 @@ class SpecGuardExtension(BaseModel):
                 bad.append(f"specguard.{name} must be <= {limits.max_k} on this server "
                            "(`specguard serve --max-k`)")
         for name in ("max_new_tokens", "max_steps", "max_step_tokens"):
-            if (value := getattr(self, name)) is not None and value > limits.max_tokens:
+            if (value := getattr(self, name)) is not None and limits.max_tokens is not None \
+                    and value > limits.max_tokens:
                 bad.append(f"specguard.{name} must be <= {limits.max_tokens} on this server "
                            "(`specguard serve --max-tokens-cap`)")
         stops = (self.stop,) if isinstance(self.stop, str) else self.stop or ()

@@ -105,7 +105,8 @@ class _Sampling(BaseModel):
         """(field, why) for what exceeds the operator's `limits` or contradicts itself; checked,
         with `unsupported()`, before the request is admitted."""
         bad: list[tuple[str, str]] = []
-        if (limit := self.token_limit()) is not None and limit > limits.max_tokens:
+        if (limit := self.token_limit()) is not None and limits.max_tokens is not None \
+                and limit > limits.max_tokens:
             bad.append(("max_tokens", f"max_tokens must be <= {limits.max_tokens} on this server "
                                       "(`specguard serve --max-tokens-cap`)"))
         if not stops_ok(self.stops() or ()):
@@ -150,6 +151,8 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None  # false: the reply ends with its first call
     response_format: dict[str, Any] | None = None
+    # vLLM's: the answer constrained to a choice, a regex, a JSON schema or a grammar
+    structured_outputs: dict[str, Any] | None = None
     # vLLM's: extra chat-template variables (e.g. Qwen3's {"enable_thinking": false})
     chat_template_kwargs: Any = None
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -195,7 +198,7 @@ class ChatCompletionRequest(_Sampling):
         bad.extend(checks.tool_choice_problems(self.tool_choice, self.tools))
         bad.extend(checks.template_problems(self.chat_template_kwargs))
         bad.extend(checks.format_problems(self.response_format))
-        bad.extend(checks.regex_problems(self.tools, self.response_format))
+        bad.extend(checks.structured_problems(self.structured_outputs, self.response_format))
         return bad
 
     def token_limit(self) -> int | None:

@@ -16,9 +16,6 @@ MAX_DEPTH = 64  # a deeper request body is refused (nothing real nests deeper; r
 # consumers — pydantic, jsonschema, chat templates — would hit Python's recursion limit)
 _CARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s@]*@")
-# JSON-schema keywords whose values are maps from names (not keywords) to schemas or name lists
-_NAME_MAPS = {"properties", "$defs", "definitions", "dependentSchemas", "dependentRequired",
-              "dependencies"}
 
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.,\[\]-]{0,63}")  # no spaces, quotes or markup
@@ -59,26 +56,6 @@ def body_problem(value: Any, limit: int = MAX_DEPTH) -> tuple[str, str | None] |
                     stack.append((child, depth + 1, (*path, str(key))))
             else:
                 stack.extend((child, depth + 1, (*path, i)) for i, child in enumerate(item))
-    return None
-
-
-def regex_keyword(schema: Any) -> str | None:
-    """The first regular-expression keyword in the JSON schema `schema` ("pattern" with a string
-    value, or "patternProperties"), or None. Conservative: every object inside the schema is
-    looked at (a `$ref` may point anywhere), except the names of `properties`-like maps."""
-    stack = [schema]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if isinstance(item.get("pattern"), str):
-                return "pattern"
-            if "patternProperties" in item:
-                return "patternProperties"
-            for key, value in item.items():
-                stack.extend(value.values() if key in _NAME_MAPS and isinstance(value, dict)
-                             else [value])
-        elif isinstance(item, list):
-            stack.extend(item)
     return None
 
 

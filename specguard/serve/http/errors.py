@@ -75,7 +75,7 @@ VOCABULARY = frozenset({
     "description", "image_url", "input_audio", "file", "enable_thinking", "target", "draft",
     "paper", "greedy", "sample", "speculative", "sentence-transformer", "utf-8", "...", "strict",
     "items", "enum", "additionalProperties", "json_schema", "json_object", "schema", "tool_calls",
-    "tool_call_id", "refusal",
+    "tool_call_id", "refusal", "constrain", "check", "choice", "grammar",
 }) | frozenset(name for model in (ChatCompletionRequest, CompletionRequest, ChatMessage,
                                   StreamOptions, SpecGuardExtension, ExperimentalKnobs)
                for name in model.model_fields)
@@ -83,7 +83,7 @@ HIDDEN = "(not repeated)"
 # a quoted repr (a str's, not an apostrophe), and the "..." after one `quoted` cut short
 _QUOTED = re.compile(r"(?<!\w)(?P<repr>'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")(?:\.\.\.)?")
 _FIELDS = (("tool_choice", "tool_choice"), ("chat_template_kwargs", "chat_template_kwargs"),
-           ("response_format", "response_format"),
+           ("response_format", "response_format"), ("structured_outputs", "structured_outputs"),
            ("tool", "tools"), ("two tools", "tools"), ("message", "messages"),
            ("the prompt", "messages"), ("the chat template", "messages"))
 

@@ -3,8 +3,10 @@
 
 The timeout, the per-request configuration (a served target refuses what it cannot do), the
 verifier it names (a card loaded and checked against its model: a `CardError`), the response
-format, the messages, the tools and the tool choice, and each model's prompt against its context
-window: every bad input is an `InputError` that says what to do, raised before any model runs.
+format (or structured output), the messages, the tools and the tool choice, and each model's
+prompt against its context window: every bad input is an `InputError` that says what to do,
+raised before any model runs. The reply's grammar is compiled here too (`run/grammars.py`): a
+constrained format's (with the tools' calls as its alternative) or the tool calls'.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import torch
 from specguard_core.cache.model import CachedModel
 from specguard_core.cache.state import Target
 from specguard_core.config import SpecGuardConfig
-from specguard_core.decoding.grammar import Grammar
-from specguard_core.decoding.tool_grammar import call_format, calls_lark, strict_tools
+from specguard_core.decoding.answer_check import AnswerCheck
 from specguard_core.engine.request import Request
+from specguard_core.engine.run.grammars import answer_format, call_grammar, reply_grammar_for
 from specguard_core.engine.run.step import Pair
 from specguard_core.remote.target import check_served_target
 from specguard_core.text.chat import (
@@ -35,7 +37,6 @@ from specguard_core.text.chat import (
     render_prompt,
 )
 from specguard_core.text.errors import PromptTooLong
-from specguard_core.text.formats import ResponseFormat
 from specguard_core.text.steps import StepRules
 
 MAX_TOP_LOGPROBS = 20  # alternatives per token at most (vLLM's default --max-logprobs)
@@ -67,7 +68,7 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message] | RawPr
                  response_format: Any, config: SpecGuardConfig, timeout: float | None,
                  chat_template_kwargs: Mapping[str, Any] | None,
                  overrides: Mapping[str, Any], parallel_tool_calls: bool = True,
-                 reading: Reading = Reading()) -> Request:
+                 reading: Reading = Reading(), structured_outputs: Any = None) -> Request:
     """The request for `messages_or_prompt` under `config` with `overrides` of its fields (see
     `SpecGuardEngine.stream` for the rest): both models' prompts pending in its fresh caches, its
     deadline `timeout` seconds from now."""
@@ -80,10 +81,7 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message] | RawPr
     if not isinstance(pair.target, CachedModel):
         check_served_target(cfg)
     cfg = pair.judge.resolve_verifier(cfg)
-    try:
-        fmt = ResponseFormat.of(response_format)
-    except ValueError as err:
-        raise InputError(str(err)) from None
+    fmt = answer_format(response_format, structured_outputs)
     checked, required = offered_tools(tools, tool_choice)
     plan = pair.judge.plan(cfg, bool(checked))  # a verifier card is loaded whole and checked here
     prompts, prefill = prompt_ids(pair, messages_or_prompt, checked, chat_template_kwargs,
@@ -105,56 +103,14 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message] | RawPr
     if reading.prompt_logprobs == "only":
         req.finish = "length"  # the prompt's pass is all it asks for (vLLM's max_tokens=0)
     req.draft.pending, req.target.pending = prompts
-    if fmt is not None and fmt.strict:
-        req.grammar = _grammar(pair, fmt, checked, len(prompts[1]))
-    elif checked:
-        req.grammar = _call_grammar(pair, req.rules, checked, required, len(prompts[1]))
+    if fmt is not None and fmt.constrained(cfg.response_format_mode):
+        req.grammar = reply_grammar_for(pair, fmt, req.rules, checked, required, len(prompts[1]))
+        return req
+    if fmt is not None:
+        req.answer_check = AnswerCheck(fmt)
+    if checked:
+        req.grammar = call_grammar(pair, req.rules, checked, required, len(prompts[1]))
     return req
-
-
-def _grammar(pair: Pair, fmt: ResponseFormat, tools: list[dict[str, Any]], start: int) -> Grammar:
-    """The strict format's grammar over the reply (from token `start`), where it can hold: both
-    models read one vocabulary, the target runs in process, and no tool is offered (a call
-    could not be written)."""
-    if not pair.judge.same_vocab or not isinstance(pair.target, CachedModel):
-        raise InputError("a strict response_format needs an in-process target sharing the "
-                         "draft's vocabulary; drop 'strict' (the answer is then checked, not "
-                         "constrained)")
-    if tools:
-        raise InputError("a strict response_format leaves no room for tool calls; offer no "
-                         "tools (or tool_choice='none'), or drop 'strict'")
-    try:
-        return pair.grammars.for_schema(fmt.schema, start)
-    except ValueError as err:
-        raise InputError(str(err)) from None
-
-
-def _call_grammar(pair: Pair, rules: StepRules, tools: list[dict[str, Any]],
-                  required: str | None, start: int) -> Grammar | None:
-    """The grammar of the reply's tool calls (`decoding.tool_grammar`): a call owed under
-    `required`, or strict tools' arguments; None when neither applies, or when a forced call
-    cannot be constrained (a served target, a heterogeneous pair, a template without call
-    markers, a schema llguidance cannot compile: the call is then started by its prefix and
-    checked). Strict tools that cannot be honoured are an InputError."""
-    strict = strict_tools(tools)
-    if required is None and not strict:
-        return None
-    fmt = (call_format(pair.target.tokenizer, rules.tool_open, rules.tool_close)
-           if pair.judge.same_vocab and isinstance(pair.target, CachedModel) else None)
-    lark = calls_lark(tools, required, fmt) if fmt is not None else None
-    if lark is None:
-        if strict:
-            raise InputError("strict function tools need an in-process target sharing the "
-                             "draft's vocabulary and a chat template with <tool_call> markers; "
-                             "drop 'strict' from the tools (their calls are then checked, not "
-                             "constrained)")
-        return None
-    try:
-        return pair.grammars.for_lark(lark, start, "the tools' parameter schemas")
-    except ValueError as err:
-        if strict:
-            raise InputError(str(err)) from None
-        return None
 
 
 def prompt_ids(pair: Pair, prompt: str | Sequence[Message] | RawPrompt,

@@ -12,11 +12,11 @@ import torch
 from specguard_core.cache.capture import AttentionRecorder
 from specguard_core.cache.state import TentativePass
 from specguard_core.config import SpecGuardConfig
+from specguard_core.decoding.answer_check import AnswerCheck
 from specguard_core.decoding.proposal import Candidate
 from specguard_core.engine.verify import signals
 from specguard_core.engine.verify.registry import Scores, paper_score, verifier_for
 from specguard_core.text.chat import parse_tool_call
-from specguard_core.text.formats import ResponseFormat, check_answer
 from specguard_core.types import StepKind, ToolCall
 
 __all__ = ["Scores", "Verdict", "decide", "decide_route", "draft_scores", "paper_score", "step_score",
@@ -104,13 +104,14 @@ def decide_route(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, Route]:
 
 def structural_check(text: str, kind: StepKind, tools: list[dict[str, Any]],
                      required: str | None, tokenizer: Any, template: dict[str, Any] | None,
-                     response_format: ResponseFormat | None = None, answer_before: str = "",
+                     answer_check: AnswerCheck | None = None, answer_before: str = "",
                      done: bool = False) -> tuple[str | None, ToolCall | None]:
     """(reason to reject or None, parsed tool call) for a step of `kind`.
 
-    `required` is the tool choice still owed: "*" for any call, a name, or None. Under a
-    `response_format`, an answer step must keep the answer (`answer_before` + `text`) on course to
-    one JSON object that matches it (`done`: the step ends the turn, so the object must be whole).
+    `required` is the tool choice still owed: "*" for any call, a name, or None. With an
+    `answer_check` (a response format on the check-only path), an answer step must keep the answer
+    (`answer_before` + `text`) on course to one JSON object that matches it (`done`: the step ends
+    the turn, so the object must be whole).
     """
     if kind == "tool_call":
         call = parse_tool_call(text, tools, tokenizer, template)
@@ -121,8 +122,8 @@ def structural_check(text: str, kind: StepKind, tools: list[dict[str, Any]],
         return None, call
     if required and kind == "answer" and text.strip():
         return "tool_choice requires a tool call before answering", None
-    if response_format is not None and kind == "answer":
-        return check_answer(answer_before + text, response_format, done), None
+    if answer_check is not None and kind == "answer":
+        return answer_check(answer_before + text, done), None
     return None, None
 
 

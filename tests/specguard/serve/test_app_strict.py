@@ -42,12 +42,16 @@ def test_sdk_parse_gets_the_schemas_object(base: str) -> None:
     client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=60)
     out = client.chat.completions.parse(model="tiny", messages=MESSAGES, response_format=Mood)
     assert isinstance(out.choices[0].message.parsed, Mood)
-    loose = client.chat.completions.create(  # the same request without strict: checked only
-        model="tiny", messages=MESSAGES, response_format={
-            "type": "json_schema", "json_schema": {"name": "Mood",
-                                                   "schema": Mood.model_json_schema()}})
+    loose = {"type": "json_schema", "json_schema": {"name": "Mood",
+                                                    "schema": Mood.model_json_schema()}}
+    out = client.chat.completions.create(  # without strict: constrained all the same
+        model="tiny", messages=MESSAGES, response_format=loose)  # type: ignore[arg-type]
+    Mood.model_validate_json(out.choices[0].message.content or "")
+    checked = client.chat.completions.create(  # the opt-out: checked only
+        model="tiny", messages=MESSAGES, response_format=loose,  # type: ignore[arg-type]
+        extra_body={"specguard": {"response_format_mode": "check"}})
     with pytest.raises(ValueError):
-        json.loads(loose.choices[0].message.content or "")
+        json.loads(checked.choices[0].message.content or "")
 
 
 def test_langchain_strict_structured_output(base: str) -> None:
@@ -59,14 +63,17 @@ def test_langchain_strict_structured_output(base: str) -> None:
     assert isinstance(mood, Mood)
 
 
-def test_strict_with_tools_is_a_400_that_says_why(base: str) -> None:
+def test_strict_with_tools_answers_or_calls(base: str) -> None:
+    """One grammar holds both: the format's JSON, or a call of an offered tool."""
     client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=60)
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-    with pytest.raises(openai.BadRequestError, match="no room for tool calls"):
-        client.chat.completions.create(model="tiny", messages=MESSAGES, tools=[tool],
-                                       response_format={"type": "json_schema", "json_schema": {
-                                           "name": "Mood", "schema": Mood.model_json_schema(),
-                                           "strict": True}})
+    tool = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+        "type": "object", "properties": {"n": {"enum": [1, 2]}}, "required": ["n"],
+        "additionalProperties": False}}}
+    out = client.chat.completions.parse(model="tiny", messages=MESSAGES, tools=[tool],  # type: ignore[list-item]
+                                        response_format=Mood)
+    message = out.choices[0].message
+    assert isinstance(message.parsed, Mood) or [c.function.name for c in message.tool_calls or []
+                                                if c.type == "function"] == ["f"]
 
 
 class Weather(BaseModel):

@@ -1,11 +1,13 @@
 """Untrusted text and everyday bad bodies through a live server: strings that are not Unicode,
-model output that does not encode, regular expressions in client schemas, malformed formats,
+model output that does not encode, regular expressions in client schemas (matched in bounded
+time), malformed formats,
 huge numbers and deep nesting are OpenAI error JSON (or a clean answer), never a plain-text 500,
 and a slot is always freed."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,7 +35,13 @@ BAD_ARGS = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "\\ud800"
 BAD_NAME = '<tool_call>\n{"name": "\\udc00x", "arguments": {}}\n</tool_call>'
 
 
+LONG_WORD_CALL = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "'
+                  + "a" * 200 + '!"}}\n</tool_call>')
+
+
 def responder(prompt: str) -> str:
+    if "<tools>" in prompt and "slow-pattern" in prompt:
+        return LONG_WORD_CALL
     if "<tools>" in prompt and "bad-args" in prompt:
         return BAD_ARGS
     if "<tools>" in prompt and "bad-name" in prompt:
@@ -111,20 +119,49 @@ def weather_with(prop: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "type": "object", "properties": {"city": prop}, **extra}}}
 
 
+@pytest.mark.parametrize("fields", [
+    {"tools": [weather_with({"type": "string", "pattern": "^[A-Z][a-z]+$"})]},
+    {"tools": [weather_with({"type": "string"}, patternProperties={"^x": {}})]},
+    {"tools": [weather_with({"$ref": "#/$defs/c"}, **{"$defs": {"c": {"pattern": "^P"}}})]},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {
+        "type": "object", "properties": {"city": {"type": "string", "pattern": "^[A-Z]"}}}}}},
+])
+def test_regular_expressions_in_client_schemas_are_taken(base: str, fields: dict[str, Any]
+                                                          ) -> None:
+    r = post_chat(base, **fields)
+    assert r.status_code == 200, r.text
+    message = r.json()["choices"][0]["message"]
+    if "tools" in fields:
+        assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
+    else:
+        assert json.loads(message["content"])["city"][0].isupper()
+    assert idle(base)
+
+
 @pytest.mark.parametrize(("fields", "param"), [
-    ({"tools": [weather_with({"type": "string", "pattern": "^(a+)+$"})]}, "tools"),
-    ({"tools": [weather_with({"type": "string"}, patternProperties={"^x": {}})]}, "tools"),
-    ({"tools": [weather_with({"$ref": "#/$defs/c"}, **{"$defs": {"c": {"pattern": "(a|a)*"}}})]},
-     "tools"),
+    ({"tools": [weather_with({"type": "string", "pattern": "(a"})]}, "tools"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {
-        "type": "object", "properties": {"a": {"type": "string", "pattern": "^(a+)+$"}}}}}},
+        "type": "object", "properties": {"a": {"type": "string", "pattern": "[z-a]"}}}}}},
      "response_format"),
 ])
-def test_regular_expressions_in_client_schemas_are_refused(base: str, fields: dict[str, Any],
+def test_a_pattern_that_is_not_a_regular_expression_is_400(base: str, fields: dict[str, Any],
                                                            param: str) -> None:
     err = error_of(post_chat(base, **fields), 400)
-    assert err["param"] == param and "regular expressions" in err["message"]
-    assert "(a+)+" not in err["message"]
+    assert err["param"] == param and "invalid JSON schema" in err["message"]
+    assert "(a" not in err["message"] and "[z-a]" not in err["message"]
+    assert idle(base)
+
+
+def test_a_pattern_that_backtracks_forever_is_matched_in_bounded_time(base: str) -> None:
+    """The model's call is checked against the tool's pattern in bounded time: refused at once,
+    never a hung server (Python's re backtracks 2**200 ways on this value)."""
+    tool = weather_with({"type": "string", "pattern": "^(\\w+\\s?)*$"})
+    t0 = time.perf_counter()
+    r = post_chat(base, tools=[tool], messages=[{"role": "user", "content": "slow-pattern"}])
+    assert r.status_code == 200, r.text
+    (bad,) = r.json()["specguard"]["invalid_tool_calls"]
+    assert "took over" in bad["error"] or "does not match" in bad["error"]
+    assert time.perf_counter() - t0 < 20
     assert idle(base)
 
 

@@ -150,10 +150,15 @@ def test_serve_batches_by_default_and_the_flag_builds_the_engine_with_its_slots(
 
 def served_settings(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> Any:
     """The ServeSettings `specguard serve ARGV` builds (stopped before uvicorn starts)."""
+    return served(monkeypatch, argv)[0]
+
+
+def served(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> tuple[Any, Any]:
+    """(the ServeSettings, the engine's default request config) `specguard serve ARGV` builds."""
     seen: dict[str, Any] = {}
 
     def fake_app(engine: Any, settings: Any) -> Any:
-        seen["settings"] = settings
+        seen["settings"], seen["config"] = settings, engine.config
         raise SystemExit(0)
 
     monkeypatch.setattr(SpecGuardEngine, "from_pretrained", staticmethod(
@@ -161,7 +166,7 @@ def served_settings(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> Any:
     monkeypatch.setattr("specguard.serve.app.create_app", fake_app)
     with pytest.raises(SystemExit):
         main(["serve", "--port", "0", "--no-batching", *argv])
-    return seen["settings"]
+    return seen["settings"], seen["config"]
 
 
 def test_the_api_key_from_a_file_or_the_environment(monkeypatch: pytest.MonkeyPatch,
@@ -198,11 +203,13 @@ def test_a_blank_api_key_flag_or_variable_is_an_error(monkeypatch: pytest.Monkey
 
 def test_the_limits_on_requests_come_from_flags(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    default = served_settings(monkeypatch, [])
+    default, cfg = served(monkeypatch, [])
     assert (default.limits.max_k, default.limits.max_tokens, default.limits.verifier_dir) == \
-        (8, 4096, None)
+        (8, None, None)  # no cap on max_tokens but the context window
+    assert cfg.max_new_tokens is None  # an unset max_tokens: the window's remainder
     assert default.host_allow_list() == {"127.0.0.1", "localhost", "::1"}
-    assert served_settings(monkeypatch, ["--max-new-tokens", "8192"]).limits.max_tokens == 8192
+    budget, cfg = served(monkeypatch, ["--max-new-tokens", "8192"])
+    assert (cfg.max_new_tokens, budget.limits.max_tokens) == (8192, None)
     settings = served_settings(monkeypatch, [
         "--max-k", "2", "--max-tokens-cap", "1000", "--verifier-dir", str(tmp_path),
         "--allowed-host", "api.lan", "--allowed-origin", "http://ui.lan", "--max-body-bytes",

@@ -18,14 +18,17 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from specguard_core import SpecGuardConfig, SpecGuardEngine
+from specguard_core.decoding.answer_check import AnswerCheck
 from specguard_core.decoding.grammar import Grammar
 from specguard_core.text.errors import InputError
+from specguard_core.text.formats import ResponseFormat
 from tests.specguard_core.engine.sd_helpers import noisy_copy_pair
 
 PERSON = {"type": "object", "additionalProperties": False, "required": ["ok", "mood"],
           "properties": {"ok": {"type": "boolean"}, "mood": {"enum": ["calm", "glad", "odd"]}}}
 STRICT = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON,
                                                  "strict": True}}
+LOOSE = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
 QUESTION = "Describe your mood as JSON."
 EXACT = dict(k=1, temperature=0.0, max_new_tokens=40, max_step_tokens=8, acceptance="exact",
              action_acceptance="exact", fallback="speculative")
@@ -91,16 +94,40 @@ def test_strict_reply_parses_and_matches_the_schema(engine: SpecGuardEngine) -> 
         json.loads(unconstrained.text)
 
 
-def test_checked_format_is_unchanged_without_strict(engine: SpecGuardEngine) -> None:
-    loose = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
-    result = engine.generate(QUESTION, response_format=loose)
-    assert not _is_json(result.text)
+@pytest.mark.parametrize("fmt", [LOOSE, PERSON, {"type": "json_object"}, "json"])
+def test_every_json_format_is_constrained_by_default(engine: SpecGuardEngine, fmt: Any) -> None:
+    result = engine.generate(QUESTION, response_format=fmt, max_new_tokens=80)
+    if fmt in ({"type": "json_object"}, "json"):  # any object: this random pair's runs long
+        assert AnswerCheck(ResponseFormat())(result.text, result.finish_reason == "stop") is None
+        assert result.text.startswith("{") and len(result.text) > 20
+        return
+    assert result.finish_reason == "stop", result.text
+    jsonschema.validate(json.loads(result.text), PERSON)
 
 
-def test_strict_with_tools_is_refused(engine: SpecGuardEngine) -> None:
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-    with pytest.raises(InputError, match="no room for tool calls"):
-        engine.generate(QUESTION, response_format=STRICT, tools=[tool])
+def test_the_check_only_path_is_the_opt_out(engine: SpecGuardEngine) -> None:
+    result = engine.generate(QUESTION, response_format=LOOSE, response_format_mode="check")
+    assert not _is_json(result.text)  # checked, not constrained: the random pair writes no JSON
+    strict = engine.generate(QUESTION, response_format=STRICT, response_format_mode="check",
+                             max_new_tokens=60)
+    jsonschema.validate(json.loads(strict.text), PERSON)  # strict: constrained in either mode
+
+
+def test_a_constrained_format_with_tools_answers_or_calls(engine: SpecGuardEngine) -> None:
+    """One grammar holds both: the reply is the format's JSON, or calls of the offered tools."""
+    tool = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+        "type": "object", "properties": {"n": {"enum": [1, 2]}}, "required": ["n"],
+        "additionalProperties": False}}}
+    for fmt in (STRICT, LOOSE):
+        result = engine.generate(QUESTION, response_format=fmt, tools=[tool], max_new_tokens=80,
+                                 max_step_tokens=64)
+        if result.tool_calls or result.invalid_tool_calls:
+            assert result.text == "" and [c.name for c in result.tool_calls] == ["f"]
+        else:
+            jsonschema.validate(json.loads(result.text), PERSON)
+    forced = engine.generate(QUESTION, response_format=STRICT, tools=[tool], tool_choice="f",
+                             max_new_tokens=80, max_step_tokens=64)
+    assert [c.name for c in forced.tool_calls] == ["f"] and forced.text == ""
 
 
 def test_strict_flag_must_be_a_boolean(engine: SpecGuardEngine) -> None:

@@ -88,3 +88,23 @@ def test_either_model_out_of_room_ends_with_length() -> None:
     roomy = request(draft_len=20, target_len=20)
     roomy.commit(step, None, {}, None)
     assert roomy.finish is None
+
+
+LONG = "\n\n".join(f"Point {i} of the plan." for i in range(90))  # > 512 tokens and > 64 steps
+
+
+def test_an_unset_budget_runs_until_the_answer_ends() -> None:
+    cfg = SpecGuardConfig(k=1, temperature=0.0)
+    assert (cfg.max_new_tokens, cfg.max_steps) == (None, None)  # no cap but the window
+    result = scripted_engine(lambda prompt: LONG, config=cfg).generate("Go")
+    assert result.raw_text == LONG and result.finish_reason == "stop"
+    assert result.usage.completion_tokens > 512 and len(result.steps) > 64
+
+
+def test_an_unset_budget_ends_when_the_context_window_is_full() -> None:
+    engine = scripted_engine(lambda prompt: LONG, config=SpecGuardConfig(k=1, temperature=0.0))
+    engine.draft.context_window = engine.target.context_window = 200  # a small model's window
+    result = engine.generate("Go")
+    assert result.finish_reason == "length"
+    used = result.usage.prompt_tokens + result.usage.completion_tokens
+    assert 190 <= used < 200 and LONG.startswith(result.raw_text)

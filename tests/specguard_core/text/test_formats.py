@@ -1,6 +1,6 @@
-"""`ResponseFormat.of` (the forms callers pass), `check_answer` (the structural check of an
-answer under a response format), `final_text` (the answer a JSON parser reads) and the format
-instruction."""
+"""`ResponseFormat.of` and `.structured` (the forms callers pass), `final_text` (the answer a
+JSON parser reads) and the format instruction. The check-only path's check of an answer:
+tests/specguard_core/decoding/test_answer_check.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from specguard_core.text.formats import ResponseFormat, check_answer, final_text, with_instruction
+from specguard_core.text.formats import ResponseFormat, final_text, with_instruction
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
           "required": ["name", "age"]}
@@ -27,55 +27,67 @@ def test_the_forms_callers_pass(value: object, expected: ResponseFormat | None) 
 
 
 @pytest.mark.parametrize("bad", [3, "xml", {"type": "json_schema"},
-                                 {"type": "object", "properties": 5}])
+                                 {"type": "object", "properties": 5},
+                                 {"type": "object", "properties": {"a": {"pattern": "(a"}}},
+                                 {"type": "object", "properties": {"a": {"$ref": "#/$defs/b"}}}])
 def test_unknown_forms_and_invalid_schemas_are_errors(bad: object) -> None:
     with pytest.raises(ValueError):
         ResponseFormat.of(bad)
 
 
-@pytest.mark.parametrize("partial", ['{"name": "Bo', '{"name": "Bob", "age": 4', '{"name": tr',
-                                     "```json\n{", "", '{"name": "Bob", "age": -',
-                                     '{"name": "Bob", "age": 4.', '{"name": "Bob", "age": 4e',
-                                     '{"name": "Bob", "tags": ["a", nul', '{"name": "B\\',
-                                     '{"name"', '{"name": "Bob",'])
-def test_json_still_being_written_passes_until_the_answer_ends(partial: str) -> None:
-    assert check_answer(partial, FMT, done=False) is None
-    assert check_answer(partial, FMT, done=True) is not None
+def test_patterns_are_taken() -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}},
+              "patternProperties": {"^x_": {"type": "integer"}}}
+    assert ResponseFormat.of(schema) == ResponseFormat(schema)
 
 
-@pytest.mark.parametrize(("answer", "reason"), [
-    ("Bob is 42.", "not JSON"),
-    ('{"name": Bob', "not JSON"),  # not a prefix of any JSON: wrong already
-    ('{"name": "Bob", "age": 4x', "not JSON"),
-    ('{"name": "Bob"}', "'age' is a required property"),
-    ('{"name": "Bob", "age": 42} and more', "text after it"),
-    ("[1, 2]", "JSON object, got list"),
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, None),
+    ({"choice": ["yes", "no"]}, ResponseFormat(kind="choice", choices=("yes", "no"))),
+    ({"regex": r"\d+"}, ResponseFormat(kind="regex", source=r"\d+")),
+    ({"grammar": 'root ::= "a"'}, ResponseFormat(kind="grammar", source='root ::= "a"')),
+    ({"json": PERSON}, ResponseFormat(PERSON)),
+    ({"json": json.dumps(PERSON)}, ResponseFormat(PERSON)),
+    ({"json_object": True}, ResponseFormat()),
 ])
-def test_answers_that_break_the_format(answer: str, reason: str) -> None:
-    assert reason in (check_answer(answer, FMT, done=False) or "")
+def test_structured_outputs_forms(value: object, expected: ResponseFormat | None) -> None:
+    got = ResponseFormat.structured(value)
+    if expected is None:
+        assert got is None
+        return
+    assert got is not None and got.strict and got.origin == "structured_outputs"
+    assert (got.kind, got.schema, got.source, got.choices) == \
+        (expected.kind, expected.schema, expected.source, expected.choices)
+    assert got.constrained("check")  # a structured output is constrained under either mode
 
 
-def test_whole_answers_that_match() -> None:
-    for answer in ('{"name": "Bob", "age": 42}', '```json\n{"name": "Bob", "age": 42}\n```',
-                   '\n {"name": "Bob", "age": 42} \n'):
-        assert check_answer(answer, FMT, done=True) is None
-    assert check_answer('{"anything": [1]}', ResponseFormat(), done=True) is None
+@pytest.mark.parametrize("bad", [{}, {"choice": []}, {"choice": ["a", 3]}, {"choice": [""]},
+                                 {"regex": ""}, {"regex": "a", "choice": ["a"]}, {"json": "{x"},
+                                 {"json": 5}, {"grammar": "  "}, {"json_object": "yes"},
+                                 {"typo": "a"}, ["regex"]])
+def test_bad_structured_outputs_say_what_they_take(bad: object) -> None:
+    with pytest.raises(ValueError, match="structured_outputs"):
+        ResponseFormat.structured(bad)
+
+
+def test_which_formats_are_constrained_in_each_mode() -> None:
+    loose, strict = ResponseFormat(PERSON), ResponseFormat(PERSON, strict=True)
+    assert loose.constrained("constrain") and not loose.constrained("check")
+    assert strict.constrained("constrain") and strict.constrained("check")
 
 
 @pytest.mark.parametrize("answer", [
     '```json\n{"name": "Bob", "age": 42}\n```', '```\n{"name": "Bob", "age": 42}\n```',
     '  {"name": "Bob", "age": 42}\n', '{"name": "Bob", "age": 42}```',
 ])
-def test_final_text_is_the_json_the_check_accepted(answer: str) -> None:
-    assert check_answer(answer, FMT, done=True) is None
+def test_final_text_is_the_json_without_its_fence(answer: str) -> None:
     text = final_text(answer, FMT)
     assert json.loads(text) == {"name": "Bob", "age": 42}
     assert text == '{"name": "Bob", "age": 42}'  # the model's own JSON, not rewritten
 
 
-def test_final_text_escapes_raw_control_characters_the_check_tolerates() -> None:
+def test_final_text_escapes_raw_control_characters() -> None:
     answer = '```json\n{"name": "Bob\tSmith", "age": 42}\n```'  # a raw tab inside the string
-    assert check_answer(answer, FMT, done=True) is None
     assert json.loads(final_text(answer, FMT)) == {"name": "Bob\tSmith", "age": 42}
 
 
@@ -83,6 +95,8 @@ def test_final_text_without_a_format_or_valid_json() -> None:
     fenced = '```json\n{"a": 1}\n```'
     assert final_text(fenced, None) == fenced  # plain text answers keep their fences
     assert final_text("```json\n{\"a\": ", ResponseFormat()) == '{"a":'  # cut off: unfenced
+    choice = ResponseFormat.structured({"choice": [" yes ", "no"]})
+    assert final_text(" yes ", choice) == " yes "  # a structured output's text as written
 
 
 def test_the_instruction_joins_a_system_message_given_as_text_parts() -> None:

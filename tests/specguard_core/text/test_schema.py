@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import jsonschema
@@ -74,4 +75,57 @@ def test_bad_dialect_is_a_schema_error() -> None:
     with pytest.raises(InputError, match="invalid JSON schema"):
         check_tools([{"type": "function", "function": {"name": "f",
                                                        "parameters": {"$schema": []}}}])
-    assert validator({"$schema": 5}).__class__ is jsonschema.Draft202012Validator
+    assert validator({"$schema": 5}).META_SCHEMA == jsonschema.Draft202012Validator.META_SCHEMA
+
+
+CATASTROPHIC = "^(\\w+\\s?)*$"  # exponential backtracking on a long word that does not match
+
+
+LONG_WORD = "a" * 20000 + "!"
+
+
+@pytest.mark.parametrize(("schema", "value"), [
+    ({"type": "string", "pattern": CATASTROPHIC}, LONG_WORD),
+    ({"type": "object", "patternProperties": {CATASTROPHIC: {"type": "string"}}}, {LONG_WORD: 1}),
+    ({"type": "object", "patternProperties": {CATASTROPHIC: {}}, "additionalProperties": False},
+     {LONG_WORD: 1}),
+    ({"type": "object", "propertyNames": {"pattern": CATASTROPHIC}}, {LONG_WORD: 1}),
+])
+def test_patterns_are_matched_in_bounded_time(schema: dict[str, Any], value: Any) -> None:
+    """Python's re takes exponential time on these; the bounded match gives up and refuses."""
+    t0 = time.perf_counter()
+    with pytest.raises(jsonschema.ValidationError, match="took over|not allowed"):
+        validator(schema).validate(value)
+    assert time.perf_counter() - t0 < 5
+
+
+def test_patterns_still_validate() -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]+$"}},
+              "patternProperties": {"^x_": {"type": "integer"}}, "additionalProperties": False}
+    validator(schema).validate({"code": "AB", "x_a": 1})
+    for bad in ({"code": "ab"}, {"x_a": "1"}, {"y": 1}):
+        with pytest.raises(jsonschema.ValidationError):
+            validator(schema).validate(bad)
+
+
+@pytest.mark.parametrize(("params", "why"), [
+    ({"type": "object", "properties": {"a": {"type": "string", "pattern": "(a"}}},
+     "is not a .*regex"),
+    ({"type": "object", "properties": {"a": {"type": "string", "pattern": "\\p{Foo}"}}},
+     "is not a .*regex"),
+    ({"type": "object", "patternProperties": {"^x": {}}, "unevaluatedProperties": False},
+     "additionalProperties instead"),
+])
+def test_tools_with_unusable_patterns_are_refused(params: dict[str, Any], why: str) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": params}}
+    with pytest.raises(InputError, match=why):
+        check_tools([tool])
+
+
+def test_patterns_are_read_as_the_bounded_matcher_reads_them() -> None:
+    """`\\p{L}` (a JSON-schema and `regex` property class; not Python's re) is taken."""
+    params = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^\\p{L}+$"}}}
+    check_tools([{"type": "function", "function": {"name": "f", "parameters": params}}])
+    validator(params).validate({"a": "été"})
+    with pytest.raises(jsonschema.ValidationError):
+        validator(params).validate({"a": "1"})

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import SummarizationMiddleware
+from langchain_core.exceptions import OutputParserException
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from pydantic import BaseModel
@@ -238,7 +239,10 @@ def test_preset_applies_to_an_injected_engine_too() -> None:
 
 # ---- item 3: json_schema / json_mode answers are verified ----------------------------------------
 def test_json_schema_answers_are_verified_and_rewritten_by_the_target() -> None:
-    engine = scripted_engine(lambda p: BOB, lambda p: '{"name": "Bob"}', config=CFG)
+    """The check-only path (`response_format_mode="check"`): a draft answer off the schema goes
+    to the target."""
+    engine = scripted_engine(lambda p: BOB, lambda p: '{"name": "Bob"}',
+                             config=CFG.merged(response_format_mode="check"))
     model = ChatSpecGuard(engine=engine)
     raw = model.with_structured_output(Person, method="json_schema",
                                        include_raw=True).invoke("Who is Bob?")
@@ -252,10 +256,29 @@ def test_json_schema_answers_are_verified_and_rewritten_by_the_target() -> None:
 
 
 def test_json_mode_rejects_a_draft_answer_that_is_not_json() -> None:
-    engine = scripted_engine(lambda p: BOB, lambda p: "Bob is 42.", config=CFG)
+    engine = scripted_engine(lambda p: BOB, lambda p: "Bob is 42.",
+                             config=CFG.merged(response_format_mode="check"))
     parsed = ChatSpecGuard(engine=engine).with_structured_output(
         None, method="json_mode").invoke("Who is Bob? Reply in JSON.")
     assert parsed == {"name": "Bob", "age": 42}
+
+
+PROSE_THEN_JSON = "Bob is 42 years old.\n\nAs JSON: " + BOB  # a model that talks before it answers
+
+
+@pytest.mark.parametrize("method", ["json_mode", "json_schema"])
+def test_json_mode_is_a_guarantee_in_process(method: str) -> None:
+    """Both models write prose first; the grammar leaves them only the JSON (checked, the same
+    pair's answer is the prose)."""
+    engine = scripted_engine(lambda p: PROSE_THEN_JSON, config=CFG)
+    model = ChatSpecGuard(engine=engine)
+    schema = None if method == "json_mode" else Person
+    parsed = model.with_structured_output(schema, method=method).invoke("Who is Bob?")
+    assert parsed in ({"name": "Bob", "age": 42}, Person(name="Bob", age=42))
+    checked = ChatSpecGuard(engine=engine, config=CFG.merged(
+        response_format_mode="check")).with_structured_output(schema, method=method)
+    with pytest.raises(OutputParserException):
+        checked.invoke("Who is Bob?")
 
 
 def test_a_langgraph_agent_with_tools_and_a_pydantic_response_format() -> None:

@@ -218,7 +218,7 @@ def test_step_traces_use_the_one_schema() -> None:
 def test_a_response_format_verifies_the_answer() -> None:
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     engine = scripted_engine(lambda p: '{"city": "Oslo"}', lambda p: '{"town": "Oslo"}',
-                             config=CFG)
+                             config=CFG.merged(response_format_mode="check"))  # checked only
     llm = SpecGuardLLM(engine=engine)
     out = llm.chat([ChatMessage(role="user", content="Where? JSON.")], response_format=schema)
     assert json.loads(out.message.content or "") == {"city": "Oslo"}
