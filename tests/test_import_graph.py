@@ -30,7 +30,7 @@ CORE_LAYERS = {
     "specguard_core.text.steps": 1, "specguard_core.text.chat": 1,
     "specguard_core.text.schema": 1, "specguard_core.text.formats": 1,
     "specguard_core.text.messages": 1, "specguard_core.text.tool_calls": 1,
-    "specguard_core.text.vocab_bytes": 0, "specguard_core.text.logprobs": 1,
+    "specguard_core.text.tokens": 0, "specguard_core.text.logprobs": 1,
     "specguard_core.concurrency.cpu_runner": 2, "specguard_core.concurrency.turns": 2,
     "specguard_core.engine.verify.signals": 2, "specguard_core.decoding.sampling": 2,
     "specguard_core.decoding.logprobs": 2,
@@ -56,7 +56,8 @@ CORE_LAYERS = {
     "specguard_core.engine.request": 7, "specguard_core.engine.fallback": 7,
     "specguard_core.engine.stream": 7, "specguard_core.engine.check": 7,
     "specguard_core.engine.judge": 7, "specguard_core.remote.load": 7,
-    "specguard_core.engine.run.step": 8, "specguard_core.engine.run.start": 8,
+    "specguard_core.engine.run.step": 8, "specguard_core.engine.run.grammars": 8,
+    "specguard_core.engine.run.start": 8,
     "specguard_core.engine.run.prompt": 8,
     "specguard_core.engine.loop": 9, "specguard_core.engine.aio": 9,
     "specguard_core.engine": 10,  # the package's lazy re-exports

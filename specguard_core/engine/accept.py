@@ -28,7 +28,7 @@ import torch
 from specguard_core.config import SpecGuardConfig
 from specguard_core.decoding.sampling import Shaping, warp_logits
 from specguard_core.text.errors import InputError
-from specguard_core.text.token_classes import numeric_ids
+from specguard_core.text.tokens import numeric_ids
 
 
 class TokenRule:

@@ -1,7 +1,7 @@
 """Conversation in, prompt text out: tools and template variables checked, then rendered.
 
 Rendering uses the tokenizer's own chat template (`apply_chat_template(..., tools=...)`). The
-message checks (`messages`), tool-call parsing (`tool_calls`) and token bytes (`vocab_bytes`) live
+message checks (`messages`), tool-call parsing (`tool_calls`) and token bytes (`tokens`) live
 in their own modules and are re-exported here.
 """
 
@@ -22,9 +22,9 @@ from specguard_core.text.messages import (
 )
 from specguard_core.text.patterns import pattern_problem
 from specguard_core.text.schema import check_schema, loads_untrusted, unresolvable_ref
+from specguard_core.text.tokens import token_bytes
 from specguard_core.text.tool_calls import forced_call_prefix, parse_tool_call
 from specguard_core.text.tool_choice import ToolChoice, parse_tool_choice
-from specguard_core.text.vocab_bytes import token_bytes
 
 __all__ = ["InputError", "Message", "RawPrompt", "ToolChoice", "check_template_kwargs",
            "check_tools", "check_unicode", "content_text", "continues", "forced_call_prefix",

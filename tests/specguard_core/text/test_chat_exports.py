@@ -12,7 +12,7 @@ OWNERS = {
     "specguard_core.text.messages": ("Message", "check_unicode", "content_text",
                                      "normalise_messages"),
     "specguard_core.text.tool_calls": ("forced_call_prefix", "parse_tool_call"),
-    "specguard_core.text.vocab_bytes": ("token_bytes",),
+    "specguard_core.text.tokens": ("token_bytes",),
     "specguard_core.text.errors": ("InputError",),
     "specguard_core.text.tool_choice": ("ToolChoice",),
 }

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from specguard_core.testing import build_tokenizer
-from specguard_core.text.token_classes import numeric_ids
+from specguard_core.text.tokens import numeric_ids
 from tests.fixtures import HAVE_REAL, REAL_REASON, real_pair_dirs
 
 
