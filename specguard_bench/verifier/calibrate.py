@@ -34,7 +34,7 @@ class CalibrateSettings(PairSettings):
 def run_calibrate(settings: CalibrateSettings, engine: Any = None) -> NormBounds:
     """Fit the normaliser bounds with `engine.calibrate` on the selected problems and save them
     to `settings.out` (NormBounds.save). Every draft step is accepted; the target
-    runs only to score the steps when the config says `scoring_model="target"`."""
+    runs only to score the steps when the config says `experimental={"scoring_model": "target"}`."""
     problems = load_problems(settings.dataset, settings.n, settings.offset)
     engine = engine or load_engine(settings)
     config = specguard_config(

@@ -7,7 +7,8 @@ what the cache holds), `held` (positions the cache holds), `crop` (keep the firs
 `fork` / `keep_row` (k rows of a proposal, then one). Two backends implement it:
 `cache/handle.py` (`ModelHandle`: Hugging Face `transformers`) and `llamacpp/handle.py`
 (`LlamaCppHandle`: llama.cpp through `llama-cpp-python`). What a backend can give besides logits
-is declared, so a request that needs more is refused up front (`engine/plan.py`):
+is declared, so a request that needs more is refused when it opens (`engine/judge.py`, making its
+plan):
 `attention` (attention rows of chosen layers, for grounding) and `hidden_layers` (every layer's
 hidden states, for a verifier card); every backend gives the last hidden state when asked.
 

@@ -3,10 +3,10 @@ model has encoded it; `local_cache` gives its in-process KV cache), `Forward` (w
 returns), `TentativePass` (tokens fed but not committed) and `Target`, the protocol the step loop
 and the fallbacks call on the target model.
 
-Two targets implement it: `ModelHandle` (`cache/handle.py`: an in-process transformers model and its
-KV cache) and `RemoteTarget` (`remote/target.py`: a model on a vLLM server). The loop never asks
-which one it has, except for what only an in-process model can give (attention rows and hidden
-states for target scoring, checked up front).
+In-process models implement it through `CachedModel` (`cache/model.py`: `ModelHandle` on
+transformers, `LlamaCppHandle` on llama.cpp), and `RemoteTarget` (`remote/target.py`: a model on
+a vLLM server) directly. The loop never asks which one it has; what only some can give
+(attention rows, hidden states) is refused when a request opens.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class Target(Protocol):
     """The target as the loop and fallbacks use it (`commit_row`/`drop_uncommitted` through
     `TentativePass` and `Proposal`; `tokenizer`/`eos_ids`/`decode` through `StepText`). State per
     request lives in a `CacheState` (`ids` committed and encoded, `pending` committed but not yet
-    encoded, `counters`); the contracts are `ModelHandle`'s (see `cache/handle.py`)."""
+    encoded, `counters`); the contracts are `CachedModel`'s (see `cache/model.py`)."""
 
     name: str
     tokenizer: Any

@@ -71,7 +71,7 @@ class GrammarIndex:
         return self.for_grammar(llguidance.grammar_from("lark", lark), start, what)
 
     def for_grammar(self, grammar: str, start: int, what: str,
-                    fix: str = "simplify it or drop 'strict'") -> Grammar:
+                    fix: str = "simplify it") -> Grammar:
         """A request's grammar for llguidance's grammar text `grammar` (Lark, or its JSON form
         with named grammars) over the reply from token `start`; a ValueError naming `what` and
         saying `fix` when it cannot be compiled."""

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers.generation.logits_process import (
-    LogitsProcessorList,
     MinPLogitsWarper,
     RepetitionPenaltyLogitsProcessor,
     TopKLogitsWarper,
@@ -74,16 +73,6 @@ class Shaping:
     def cuts(self) -> bool:
         """Whether some tokens may be left at -inf (top-k, min-p or a grammar)."""
         return self.top_k > 0 or self.min_p > 0 or self.grammar is not None
-
-    def warpers(self) -> LogitsProcessorList:
-        """The warpers after temperature and top-p that are switched on (top-k comes before top-p
-        and min-p after it; callers apply top-p between them)."""
-        out = LogitsProcessorList()
-        if self.top_k > 0:
-            out.append(TopKLogitsWarper(self.top_k))
-        if self.min_p > 0:
-            out.append(MinPLogitsWarper(self.min_p))
-        return out
 
     def penalise(self, logits: torch.Tensor, history: torch.Tensor | None) -> torch.Tensor:
         """`logits: [N, V]`, `history: [N, L]` the ids each row's sequence holds (entries equal to V

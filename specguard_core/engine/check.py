@@ -8,14 +8,15 @@ written step (`TargetCheck.whole`): one path either way, ended by `finish`.
 Why grow: checking a step only once it is written wastes every draft token after the first one
 the target refuses (on the default pair most checked steps fail, after about 60 wasted tokens
 each). Growing, the pass grows by the new tokens (`TentativePass.extend`, one forward) after
-every `check_every` unjudged tokens, right after a token the draft gave less than `check_below`
-probability, or once the product of its probabilities of the unjudged tokens falls below
-`check_run_below`; at the first refused token the draft stops. The verdicts are the whole-step
-check's (the same target rows, fed in pieces: equal in float32; bf16 rounding of the smaller
-passes can flip a borderline token). The watcher sees whole characters only, so a budget cut
-that drops an unfinished character never changes a verdict. A served target (`RemoteTarget`)
-grows its pass with one more request over the whole prefix (vLLM re-encodes the context for a
-request with prompt_logprobs, so each growth costs the server a prefill).
+every `check_every` unjudged tokens, right after a token the draft gave less than
+`experimental.check_below` probability, or once the product of its probabilities of the
+unjudged tokens falls below `check_run_below`; at the first refused token the draft stops. The
+verdicts are the whole-step check's (the same target rows, fed in pieces: equal in float32; bf16
+rounding of the smaller passes can flip a borderline token). The watcher sees whole characters
+only, so a budget cut that drops an unfinished character never changes a verdict. A served
+target (`RemoteTarget`) grows its pass with one more request over the whole prefix (vLLM
+re-encodes the context for a request with prompt_logprobs, so each growth costs the server a
+prefill).
 """
 
 from __future__ import annotations

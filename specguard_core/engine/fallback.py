@@ -105,7 +105,7 @@ def speculate(draft: CachedModel, target: Target, req: Request, proposal: Propos
     """Finish this step with token-level speculative decoding, starting from the target's pass
     `first` over candidate `pick` (same vocabulary). Greedy when temperature is 0, else exact
     speculative sampling of the target's distribution. `checked` leading tokens passed the
-    target's typical-acceptance check and are kept too (greedy mode; 0 when unchecked), so a
+    target's check under its token rule and are kept too (greedy mode; 0 when unchecked), so a
     failed check keeps everything before its first failing token. Both models' logits go through
     the request's shaping (`sampling.Shaping`, each penalised for its own sequence so far), so the
     output follows the target's shaped distribution."""

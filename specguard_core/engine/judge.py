@@ -1,6 +1,7 @@
 """How the engine judges a draft step: what the proposal captures for the verifier, the verifier's
-verdict (from the draft's own signals, or the target's with `scoring_model="target"`), and the
-target's one pass over the step (a check, target scoring, or the speculative fallback's first pass).
+verdict (from the draft's own signals, or the target's with `experimental.scoring_model =
+"target"`), and the target's one pass over the step (a check, target scoring, or the speculative
+fallback's first pass).
 
 `Judge` is the glue between the models and the pure parts: signals live in `verify/signals.py`,
 the score and the route in `verify/verifier.py` (verifiers by name: `verify/registry.py`), the
@@ -70,8 +71,7 @@ class Judge:
         scorer = self.target if cfg.experimental.scoring_model == "target" else self.draft
         assert isinstance(scorer, CachedModel)
         facts = PairFacts(self.same_vocab, isinstance(self.target, CachedModel | RemoteTarget),
-                          isinstance(self.target, CachedModel), self.capture_layers(scorer, cfg),
-                          self.pool_layers(scorer, cfg))
+                          self.capture_layers(scorer, cfg), self.pool_layers(scorer, cfg))
         return make_plan(cfg, facts, self.rules, tools)
 
     def draft_spec(self, req: Request, selector: Selector) -> SampleSpec:
@@ -102,8 +102,8 @@ class Judge:
         else:
             scores = draft_scores(cand, req.cfg)
         # a tool call is always checked; the turn's first step too when actions are exact
-        action = kind == "tool_call" or (req.acts(kind) and plan.action_rule.name == "exact")
-        return verify(scores, req.cfg, reason, call, action=action), tpass
+        action = kind == "tool_call" or (req.acts(kind) and plan.check_actions)
+        return verify(scores, req.cfg, reason, call, action=action, route=plan.route), tpass
 
     def target_pass(self, req: Request, cand: Candidate,
                     recorder: AttentionRecorder | None = None, hidden: bool = False

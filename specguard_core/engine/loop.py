@@ -236,7 +236,7 @@ class SpecGuardEngine:
                   config: SpecGuardConfig | None = None, **overrides: Any) -> NormBounds:
         """Fit the normaliser bounds to percentiles of the step signals on unlabeled prompts.
         Every draft step is accepted meanwhile; the signals are the draft's own, or the target's
-        when `scoring_model="target"` (then the target runs, but only to score)."""
+        when `experimental={"scoring_model": "target"}` (then the target runs, but only to score)."""
         conf, ground = [], []
         for prompt in prompts:
             # the bounds normalise the paper's signals, so they are measured as its ensemble sees them

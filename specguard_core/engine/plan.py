@@ -36,13 +36,12 @@ from specguard_core.engine.accept import Rules, TokenRule
 @dataclass(frozen=True)
 class PairFacts:
     """What the plan needs to know of the pair: ids pass between the models as they are
-    (`same_vocab`); the target can grow a tentative pass (`target_grows`: in-process or served)
-    and is in-process (`target_local`); the scoring model's `capture` layers (None: the verifier
-    reads no grounding) and `pool` layers (what a card reads)."""
+    (`same_vocab`); the target can grow a tentative pass (`target_grows`: in-process or served);
+    the scoring model's `capture` layers (None: the verifier reads no grounding) and `pool` layers
+    (what a card reads)."""
 
     same_vocab: bool
     target_grows: bool
-    target_local: bool
     capture: frozenset[int] | None
     pool: tuple[int, ...]
 
@@ -61,6 +60,7 @@ class Plan:
     pool: tuple[int, ...]  # the scoring model's hidden layers a verifier card reads
     step_rule: TokenRule  # reasoning and answer steps
     action_rule: TokenRule  # tool calls, and the turn's first step when tools are offered
+    check_actions: bool  # the target checks every action, whatever its score (exact actions)
     notes: tuple[str, ...] = ()  # what the config asked for that is off, and why
 
     def grows(self, rule: TokenRule, temperature: float) -> bool:
@@ -90,8 +90,9 @@ def make_plan(cfg: SpecGuardConfig, pair: PairFacts, rules: Rules, tools: bool) 
                      "writes refused steps greedily)")
     step_rule = rules[cfg.acceptance]
     action_rule = rules["exact"] if cfg.action_acceptance == "exact" else step_rule
-    check = _check(cfg, pair, tools, fallback, notes)
-    guess_proposals = cfg.draft_lookahead > 0 and cfg.k == 1 and pair.capture is None
+    check = _check(cfg, pair, tools, fallback, step_rule, notes)
+    by_draft = cfg.experimental.scoring_model == "draft"  # the draft captures what scores it
+    guess_proposals = cfg.draft_lookahead > 0 and cfg.k == 1 and not (by_draft and pair.capture)
     if cfg.draft_lookahead > 0 and not guess_proposals:
         why = f"k={cfg.k} candidates" if cfg.k > 1 else "attention is captured for grounding"
         notes.append(f"prompt-lookup guesses off in step proposals: {why}")
@@ -100,16 +101,17 @@ def make_plan(cfg: SpecGuardConfig, pair: PairFacts, rules: Rules, tools: bool) 
                 if fallback == "sample" else 1, guesses=cfg.draft_lookahead,
                 guess_proposals=guess_proposals, scoring=cfg.experimental.scoring_model,
                 capture=pair.capture, pool=pair.pool, step_rule=step_rule,
-                action_rule=action_rule, notes=tuple(notes))
+                action_rule=action_rule, check_actions=cfg.action_acceptance == "exact",
+                notes=tuple(notes))
     for note in notes:
         field = "fallback" if note.startswith("speculative") else \
             "check_tokens" if note.startswith("growing") else "draft_lookahead"
         if field in asked:
-            warnings.warn(f"SpecGuard: {note}", UserWarning, stacklevel=4)
+            warnings.warn(f"SpecGuard: {note}", UserWarning, stacklevel=5)  # at `stream`'s caller
     return plan
 
 
-def _check(cfg: SpecGuardConfig, pair: PairFacts, tools: bool, fallback: str,
+def _check(cfg: SpecGuardConfig, pair: PairFacts, tools: bool, fallback: str, rule: TokenRule,
            notes: list[str]) -> Literal["none", "whole", "growing"]:
     """How a step routed to the target's check is checked (see `Plan`)."""
     accept_at, reject_below = cfg.thresholds
@@ -117,15 +119,17 @@ def _check(cfg: SpecGuardConfig, pair: PairFacts, tools: bool, fallback: str,
         return "none"  # the paper's two-way rule: keep or reject, never check
     if cfg.check_tokens == 0:
         return "whole"
-    why = _why_not_growing(cfg, pair, fallback)
+    why = _why_not_growing(cfg, pair, fallback, rule)
     if why:
         notes.append(f"growing check off: {why} (each step is checked once it is written)")
         return "whole"
     return "growing"
 
 
-def _why_not_growing(cfg: SpecGuardConfig, pair: PairFacts, fallback: str) -> str | None:
-    """Why the check cannot grow while the draft writes (None: it can)."""
+def _why_not_growing(cfg: SpecGuardConfig, pair: PairFacts, fallback: str,
+                     rule: TokenRule) -> str | None:
+    """Why the check of a reasoning or answer step (judged by `rule`) cannot grow while the draft
+    writes (None: it can; an action's own rule is asked again per step, `Plan.grows`)."""
     if cfg.route != "check":
         return "route='score' (it runs when the target checks every step)"
     if cfg.k != 1:
@@ -137,4 +141,7 @@ def _why_not_growing(cfg: SpecGuardConfig, pair: PairFacts, fallback: str) -> st
         return "the target scores each step"
     if not pair.target_grows:
         return "this target cannot grow a pass"
+    if cfg.temperature > 0 and not rule.passes_sampled:
+        return (f"acceptance={rule.name!r} passes no token when sampling (the fallback's "
+                "speculative sampling judges them)")
     return None

@@ -187,7 +187,7 @@ class Request:
 
     def grace(self) -> int:
         """Tokens past `max_step_tokens` the next step may take to complete its first character
-        (`proposer.WHOLE_CHAR_GRACE` at most): never past `max_new_tokens` or either model's
+        (`step_text.WHOLE_CHAR_GRACE` at most): never past `max_new_tokens` or either model's
         context window."""
         left = [self._left(s) - self.budget(s) for s in (self.draft, self.target)]
         return max(0, min(WHOLE_CHAR_GRACE, *left))

@@ -108,19 +108,23 @@ class LlamaContext:
             return self._free.pop()
 
     def release(self, seq: int) -> None:
-        """Forget `seq`'s cells and make it free again."""
+        """Forget `seq`'s cells and make it free again (nothing once the context is closed)."""
         with self.lock:
+            if self.memory is None:
+                return
             self.lib.llama_memory_seq_rm(self.memory, seq, -1, -1)
             self._free.append(seq)
 
     def remove(self, seq: int, start: int) -> None:
         """Forget `seq`'s positions from `start` on."""
         with self.lock:
+            self._open()
             self.lib.llama_memory_seq_rm(self.memory, seq, start, -1)
 
     def copy(self, src: int, dst: int) -> None:
         """`dst` holds exactly `src`'s positions (the cells are shared, not copied)."""
         with self.lock:
+            self._open()
             self.lib.llama_memory_seq_rm(self.memory, dst, -1, -1)
             self.lib.llama_memory_seq_cp(self.memory, src, dst, -1, -1)
 
@@ -144,6 +148,7 @@ class LlamaContext:
             batch.n_tokens = n
             n_out = sum(len(toks) if all_logits else 1 for _, _, toks in rows)
             with self.lock:
+                self._open()
                 if hidden != self._embeddings:
                     lib.llama_set_embeddings(self.ctx, hidden)
                     self._embeddings = hidden
@@ -159,6 +164,10 @@ class LlamaContext:
             lib.llama_batch_free(batch)
         return Decoded(logits, embd)
 
+    def _open(self) -> None:
+        if self.memory is None:
+            raise LlamaCppError("this llama.cpp context was closed; load the model again")
+
     def _decode_problem(self, rc: int, n: int) -> str:
         if rc == 1:
             return (f"llama.cpp found no room for {n} more tokens in its KV cache of {self.n_ctx} "
@@ -167,11 +176,12 @@ class LlamaContext:
         return f"llama.cpp's forward failed (llama_decode returned {rc})"
 
     def close(self) -> None:
+        """Free the context and the model; any later call is a LlamaCppError."""
         with self.lock:
             if self.ctx:
                 self.lib.llama_free(self.ctx)
                 self.lib.llama_model_free(self.model)
-                self.ctx = self.model = None
+                self.ctx = self.model = self.memory = None
 
     def __del__(self) -> None:
         try:

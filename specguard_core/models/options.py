@@ -160,6 +160,10 @@ class LoadOptions(BaseModel):
         if self.quantize is not None and self.quantization_config is not None:
             raise ValueError("pass quantize or quantization_config, not both")
         if self.backend == "llama.cpp":
+            if served := sorted(set(SERVED) & self.model_fields_set):
+                raise ValueError(f"{', '.join(served)} names a target on a vLLM server, which "
+                                 "the llama.cpp backend does not reach: load both models on "
+                                 "llama.cpp, or use the transformers backend with a served target")
             if given := sorted(set(TRANSFORMERS_ONLY) & self.model_fields_set):
                 raise ValueError(f"{', '.join(given)} applies to the transformers backend; the "
                                  "llama.cpp backend runs a GGUF file as it is quantized")

@@ -45,9 +45,9 @@ NEG = -1.0e4  # the logit of a token outside the server's top K (finite: entropy
 def check_served_target(cfg: SpecGuardConfig) -> None:
     """What a request cannot ask of a target on a server: an InputError that says what to use."""
     if cfg.experimental.scoring_model == "target":
-        raise InputError("scoring_model='target' reads the target's attention and hidden states, "
-                         "which a served target does not expose; score with the draft "
-                         "(scoring_model='draft')")
+        raise InputError("experimental={'scoring_model': 'target'} reads the target's attention "
+                         "and hidden states, which a served target does not expose; score with "
+                         "the draft (the default scoring model)")
     if cfg.repetition_penalty != 1.0:
         raise InputError("repetition_penalty needs the target's raw logits, which a served target "
                          "does not return (its passes give log-probabilities); leave it at 1 or "
@@ -56,10 +56,12 @@ def check_served_target(cfg: SpecGuardConfig) -> None:
         raise InputError("presence_penalty and frequency_penalty count the reply's tokens, but a "
                          "served target writes steps with vLLM's own penalties, which count only "
                          "the tokens of one request; leave them at 0 or use an in-process target")
-    if cfg.fallback == "sample" and cfg.fallback_samples > 1 and cfg.experimental.selector == "hidden":
+    hidden = cfg.experimental.selector == "hidden"
+    if cfg.fallback == "sample" and cfg.fallback_samples > 1 and hidden:
         raise InputError(f"fallback_k={cfg.fallback_samples} samples from a served target carry no "
                          "hidden states for the selector to compare; use fallback='speculative' "
-                         "or 'greedy', fallback_k=1, or selector='sentence-transformer'")
+                         "or 'greedy', fallback_k=1, or experimental={'selector': "
+                         "'sentence-transformer'}")
 
 
 class RemoteTarget(ServedModel):
@@ -68,7 +70,7 @@ class RemoteTarget(ServedModel):
     `ServedModel`'s: `tokenizer` must be the served model's, `vocab_size` is the width of the
     logits rows). Constructing one touches no network; `connect` asks the server and checks it."""
 
-    # ---- the cache protocol (see handle.py): the committed ids are the whole state ----------
+    # ---- the cache protocol (see `cache/model.py`): the committed ids are the whole state ----------
     def new_state(self) -> CacheState:
         return CacheState(cache=None)  # the server caches the prefix
 
@@ -89,7 +91,7 @@ class RemoteTarget(ServedModel):
         pass's `logits: [T+1, V]` row i predicts `ids[i]`, row T the token after all of them."""
         if recorder is not None or hidden:
             raise ValueError("a remote target gives no attention rows or hidden states; score "
-                             "with the draft (scoring_model='draft')")
+                             "with the draft (the default scoring model)")
         self.catch_up(state)
         if not ids and state.logits is not None:
             return TentativePass(self, state, [], state.logits[None], None)

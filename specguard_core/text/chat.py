@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jsonschema
-
 from specguard_core.text.errors import FREE_TEXT_LIMIT, InputError, quoted
 from specguard_core.text.messages import (
     Message,
@@ -20,8 +18,7 @@ from specguard_core.text.messages import (
     content_text,
     normalise_messages,
 )
-from specguard_core.text.patterns import pattern_problem
-from specguard_core.text.schema import check_schema, loads_untrusted, unresolvable_ref
+from specguard_core.text.schema import loads_untrusted, schema_problem
 from specguard_core.text.tokens import token_bytes
 from specguard_core.text.tool_calls import forced_call_prefix, parse_tool_call
 from specguard_core.text.tool_choice import ToolChoice, parse_tool_choice
@@ -61,21 +58,8 @@ def check_tools(tools: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]]:
             raise InputError(f"tool {quoted(name)} has parameters of type {type(params).__name__}; "
                              "pass a JSON schema object ({'type': 'object', 'properties': "
                              "{...}}), or None for a tool that takes no arguments")
-        try:
-            check_schema(params)
-            ref = unresolvable_ref(params)
-        except jsonschema.SchemaError as err:
-            raise InputError(f"tool {quoted(name)} has an invalid JSON schema: "
-                             f"{quoted(err.message, FREE_TEXT_LIMIT)}; fix its parameters "
-                             "(JSON Schema 2020-12 unless they name a $schema)") from None
-        except RecursionError:
-            raise InputError(f"tool {quoted(name)} has a JSON schema nested too deeply") from None
-        if ref is not None:
-            raise InputError(f"tool {quoted(name)} has a schema $ref {quoted(ref)} that does not "
-                             "resolve inside the schema; SpecGuard never fetches schemas: inline "
-                             "the definition under $defs")
-        if (problem := pattern_problem(params)) is not None:
-            raise InputError(f"tool {quoted(name)} has an unusable schema: {problem}")
+        if (problem := schema_problem(params, f"tool {quoted(name)}")) is not None:
+            raise InputError(problem)
         checked.append({"type": "function", "function": {**fn, "parameters": params}})
     return checked
 

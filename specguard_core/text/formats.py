@@ -16,12 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-import jsonschema
-
 from specguard_core.text.chat import content_text
-from specguard_core.text.errors import FREE_TEXT_LIMIT, quoted
-from specguard_core.text.patterns import pattern_problem
-from specguard_core.text.schema import check_schema, unresolvable_ref
+from specguard_core.text.errors import quoted
+from specguard_core.text.schema import schema_problem
 
 FormatKind = Literal["json", "regex", "choice", "grammar"]
 FormatMode = Literal["constrain", "check"]  # `SpecGuardConfig.response_format_mode`
@@ -120,23 +117,9 @@ def _schema_text(text: str) -> Any:
 
 
 def _checked(schema: dict[str, Any], where: str) -> dict[str, Any]:
-    """`schema`, a valid JSON schema whose `$ref`s resolve inside it and whose patterns can be
-    matched in bounded time; else a ValueError saying what to fix."""
-    try:
-        check_schema(schema)
-        ref = unresolvable_ref(schema)
-    except jsonschema.SchemaError as err:
-        raise ValueError(f"{where} has an invalid JSON schema: "
-                         f"{quoted(err.message, FREE_TEXT_LIMIT)}; fix the schema (JSON "
-                         "Schema 2020-12)") from None
-    except RecursionError:
-        raise ValueError(f"{where} has a JSON schema nested too deeply") from None
-    if ref is not None:
-        raise ValueError(f"{where} has a schema $ref {quoted(ref)} that does not resolve inside "
-                         "the schema; SpecGuard never fetches schemas: inline the definition "
-                         "under $defs")
-    if (problem := pattern_problem(schema)) is not None:
-        raise ValueError(f"{where} has an unusable schema: {problem}")
+    """`schema`, usable (`schema.schema_problem`); else a ValueError saying what to fix."""
+    if (problem := schema_problem(schema, where)) is not None:
+        raise ValueError(problem)
     return schema
 
 

@@ -21,6 +21,7 @@ from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012, specification_with
 
 from specguard_core.text import patterns
+from specguard_core.text.errors import FREE_TEXT_LIMIT, quoted
 
 MAX_JSON_DEPTH = 64  # deeper tool-call arguments are refused: nothing real nests that deep, and
 # recursive consumers (deepcopy, jsonschema, templates) would hit Python's recursion limit
@@ -168,4 +169,24 @@ def unresolvable_ref(schema: Any) -> str | None:
             except Unresolvable:
                 return ref
         stack.extend((sub, resolver.in_subresource(sub)) for sub in resource.subresources())
+    return None
+
+
+def schema_problem(schema: Any, where: str) -> str | None:
+    """Why `schema` (`where`'s) cannot be used, or None: not a valid JSON schema (2020-12 unless
+    it names a `$schema`), nested too deeply, a `$ref` that does not resolve inside it (schemas
+    are never fetched), or a pattern that cannot be matched in bounded time."""
+    try:
+        check_schema(schema)
+        ref = unresolvable_ref(schema)
+    except jsonschema.SchemaError as err:
+        return (f"{where} has an invalid JSON schema: {quoted(err.message, FREE_TEXT_LIMIT)}; "
+                "fix it (JSON Schema 2020-12 unless it names a $schema)")
+    except RecursionError:
+        return f"{where} has a JSON schema nested too deeply"
+    if ref is not None:
+        return (f"{where} has a schema $ref {quoted(ref)} that does not resolve inside the "
+                "schema; SpecGuard never fetches schemas: inline the definition under $defs")
+    if (problem := patterns.pattern_problem(schema)) is not None:
+        return f"{where} has an unusable schema: {problem}"
     return None

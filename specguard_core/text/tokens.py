@@ -47,23 +47,14 @@ _NUMERIC = re.compile(r"[0-9+\-*/=^%<>×÷]")
 # word-start markers of byte-level BPE (GPT-2/Qwen: Ġ space, Ċ newline) and SentencePiece (▁)
 _MARKS = str.maketrans("", "", "ĠĊ▁ \n\t")
 _BULLETS = frozenset({"•", "·", "‣", "–", "—"})
-_cache: dict[int, tuple[Any, frozenset[int]]] = {}
-
 
 def numeric_ids(tokenizer: Any) -> frozenset[int]:
-    """Ids of `tokenizer`'s tokens that hold a digit or an operator, or are a bullet (cached per
-    tokenizer object). Reads the raw token strings: byte-level BPE and SentencePiece keep ASCII
-    digits and operators as themselves."""
-    key = id(tokenizer)
-    hit = _cache.get(key)
-    if hit is not None and hit[0] is tokenizer:
-        return hit[1]
-    size = len(tokenizer)
-    tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
-    found = frozenset(i for i, tok in enumerate(tokens)
-                      if isinstance(tok, str) and _is_numeric(tok.translate(_MARKS)))
-    _cache[key] = (tokenizer, found)
-    return found
+    """Ids of `tokenizer`'s tokens that hold a digit or an operator, or are a bullet (the
+    `exact-numbers` rule builds its mask from them once per engine). Reads the raw token strings:
+    byte-level BPE and SentencePiece keep ASCII digits and operators as themselves."""
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return frozenset(i for i, tok in enumerate(tokens)
+                     if isinstance(tok, str) and _is_numeric(tok.translate(_MARKS)))
 
 
 def _is_numeric(core: str) -> bool:

@@ -101,9 +101,6 @@ class VerifierCard(BaseModel):
         """Layers whose pooled hidden state the probe reads (what the proposer must pool)."""
         return tuple(int(f.split(":", 1)[1]) for f in self.features if f.startswith("hidden:"))
 
-    def scalar_features(self) -> list[str]:
-        return [f for f in self.features if not f.startswith("hidden:")]
-
     def width(self) -> int:
         return sum(self.model.hidden_size if f.startswith("hidden:") else 1 for f in self.features)
 

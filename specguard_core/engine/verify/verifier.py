@@ -19,7 +19,7 @@ from specguard_core.engine.verify.registry import Scores, paper_score, verifier_
 from specguard_core.text.chat import parse_tool_call
 from specguard_core.types import StepKind, ToolCall
 
-__all__ = ["Scores", "Verdict", "decide", "decide_route", "draft_scores", "paper_score", "step_score",
+__all__ = ["Scores", "Verdict", "decide_route", "draft_scores", "paper_score", "step_score",
            "structural_check", "target_scores", "verify"]
 
 
@@ -81,18 +81,13 @@ def step_score(scores: Scores, cfg: SpecGuardConfig) -> float:
     return verifier_for(cfg.verifier).score(scores, cfg)
 
 
-def decide(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, bool]:
-    """(r, keep the step without the target?): keep iff r >= tau_accept (= tau unless set)."""
-    score, route = decide_route(scores, cfg)
-    return score, route == "keep"
-
-
-def decide_route(scores: Scores, cfg: SpecGuardConfig) -> tuple[float, Route]:
-    """(r, route): the decision rule, apart from how r is computed. `route="check"`: the target
-    checks every step. Else keep iff r >= tau_accept, reject iff r < tau_reject, else the target
-    checks (tau_accept == tau_reject: the paper's rule)."""
+def decide_route(scores: Scores, cfg: SpecGuardConfig,
+                 route: Literal["score", "check"] | None = None) -> tuple[float, Route]:
+    """(r, route): the decision rule, apart from how r is computed, on `route` (else
+    `cfg.route`). "check": the target checks every step. Else keep iff r >= tau_accept, reject
+    iff r < tau_reject, else the target checks (tau_accept == tau_reject: the paper's rule)."""
     score = step_score(scores, cfg)
-    if cfg.route == "check":
+    if (route or cfg.route) == "check":
         return score, "check"
     accept_at, reject_below = cfg.thresholds
     if signals.accept(score, accept_at):
@@ -128,14 +123,15 @@ def structural_check(text: str, kind: StepKind, tools: list[dict[str, Any]],
 
 
 def verify(scores: Scores, cfg: SpecGuardConfig, structural: str | None,
-           call: ToolCall | None, action: bool = False) -> Verdict:
-    """The route of a draft step: structural failures are rejected; an action (a tool call, or
-    the turn's first step when tools are offered) the score would keep is checked by the target
-    instead."""
-    score, route = decide_route(scores, cfg)
+           call: ToolCall | None, action: bool = False,
+           route: Literal["score", "check"] | None = None) -> Verdict:
+    """The route of a draft step (on the request's `route`, the plan's; default `cfg.route`):
+    structural failures are rejected; an action (a tool call, or the turn's first step when tools
+    are offered) the score would keep is checked by the target instead."""
+    score, routed = decide_route(scores, cfg, route)
     if structural:
         return Verdict(scores, score, "reject", structural, call)
-    if action and route == "keep":
-        route = "check"
-    reason = f"score {score:.3f} < tau_reject {cfg.thresholds[1]}" if route == "reject" else None
-    return Verdict(scores, score, route, reason, call)
+    if action and routed == "keep":
+        routed = "check"
+    reason = f"score {score:.3f} < tau_reject {cfg.thresholds[1]}" if routed == "reject" else None
+    return Verdict(scores, score, routed, reason, call)

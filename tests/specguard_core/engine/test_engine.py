@@ -188,7 +188,8 @@ def test_beta_one_skips_attention_capture(engine: SpecGuardEngine,
     bounds = engine.calibrate([QUESTION], beta=1.0, max_new_tokens=24)
     assert bounds.confidence_min < bounds.confidence_max
     with pytest.raises(ValueError, match="beta"):
-        verifier.decide(verifier.Scores(-1.0, None), SpecGuardConfig(beta=0.5, verifier="paper"))
+        verifier.decide_route(verifier.Scores(-1.0, None),
+                              SpecGuardConfig(beta=0.5, verifier="paper"))
 
 
 # ---- bad input ----------------------------------------------------------------------------

@@ -275,7 +275,7 @@ def test_an_http_error_carries_the_servers_message(
 def test_what_a_remote_target_cannot_do_is_refused(
         tiny_pair: Any, tiny_server: tuple[FakeVLLM, str]) -> None:
     _, remote = _engines(tiny_pair, tiny_server[1])
-    with pytest.raises(InputError, match="scoring_model='draft'"):
+    with pytest.raises(InputError, match="score with the draft"):
         remote.generate(QUESTION, experimental={"scoring_model": "target"})
     with pytest.raises(InputError, match="repetition_penalty needs the target's raw logits"):
         remote.generate(QUESTION, repetition_penalty=1.2)

@@ -9,7 +9,7 @@ import torch
 
 from specguard_core.config import NormBounds, SpecGuardConfig
 from specguard_core.engine.verify import signals
-from specguard_core.engine.verify.verifier import Scores, decide
+from specguard_core.engine.verify.verifier import Scores, decide_route
 
 
 def random_causal_attention(n: int, generator: torch.Generator) -> torch.Tensor:
@@ -106,9 +106,9 @@ def test_decision_matches_hand_computed(conf: float, ground: float, beta: float,
                                         score: float, accepted: bool) -> None:
     cfg = SpecGuardConfig(verifier="paper", beta=beta, tau=tau,
                           bounds=NormBounds(confidence_min=-8.0, confidence_max=0.0))
-    got_score, got_accept = decide(Scores(conf, ground), cfg)
+    got_score, route = decide_route(Scores(conf, ground), cfg)
     assert got_score == pytest.approx(score)
-    assert got_accept is accepted
+    assert (route == "keep") is accepted
 
 
 def test_infinite_thresholds() -> None:
