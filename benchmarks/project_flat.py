@@ -38,7 +38,9 @@ def main() -> None:
     projected: dict[str, float] = collections.defaultdict(float)
     tokens: dict[str, int] = collections.defaultdict(int)
     rows = [json.loads(line) for path in args.runs for line in path.open()]
-    problems = {r["problem"] for r in rows if r["method"] == "target"}
+    methods = {r["method"] for r in rows}
+    problems = {p for p in {r["problem"] for r in rows}  # those every method ran on
+                if {r["method"] for r in rows if r["problem"] == p} == methods}
     for r in rows:
         if r["problem"] not in problems:
             continue

@@ -41,7 +41,9 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
     """The loading flags as `LoadOptions` (dtype: bfloat16 unless given); a bad value, or a
     served-target flag without --target-url, is a ValueError naming the flag."""
     load = LOAD_FLAGS.parse(args)
-    return load if "dtype" in LOAD_FLAGS.given(args) else load.merged(dtype="bfloat16")
+    if "dtype" in LOAD_FLAGS.given(args) or load.backend == "llama.cpp":  # llama.cpp: the GGUF's
+        return load
+    return load.merged(dtype="bfloat16")
 
 
 def _methods(args: argparse.Namespace, remote: bool) -> tuple[str, ...]:

@@ -55,7 +55,12 @@ def environment(engine: Any = None) -> dict[str, Any]:
         "device": None,
         "device_name": platform.processor() or platform.machine(),
     }
-    if engine is not None:
+    if engine is not None and getattr(engine.draft, "backend", "transformers") != "transformers":
+        import llama_cpp  # the only other backend
+
+        env.update(device="cpu", backend=engine.draft.backend, llama_cpp=llama_cpp.__version__,
+                   draft_dtype="gguf", target_dtype="gguf", llama_threads=engine.draft.ctx.threads)
+    elif engine is not None:
         target = getattr(engine.target, "model", None)  # None: a target on a vLLM server
         device = next((target if target is not None else engine.draft.model).parameters()).device
         if device.type == "cuda":

@@ -33,6 +33,9 @@ class CachedModel:
     backend: ClassVar[str]
     attention: ClassVar[bool] = False  # attention rows of chosen layers (`capture`)
     hidden_layers: ClassVar[bool] = False  # every layer's hidden states (`Forward.layers`)
+    # prompt-lookup guesses a draft forward feeds by default (`draft_lookahead=None`): what paid
+    # on this backend's forward-cost curve (docs/decisions/0020-guesses-by-backend.md)
+    guesses: ClassVar[int]
     tokenizer: Any
     name: str
     eos_ids: frozenset[int]

@@ -43,12 +43,14 @@ class SpecGuardConfig(BaseModel):
     max_step_tokens: int = Field(256, ge=1, description="a step ends after this many tokens, on a "
                                  "whole character (a first character that needs more runs up "
                                  "to 3 tokens past it); a tool call runs on to its closer")
-    draft_lookahead: int = Field(8, ge=0, le=64, description="each draft forward (speculative "
-                                 "fallback runs; a step proposal of one candidate without "
-                                 "attention capture) also checks up to this many tokens guessed "
-                                 "from an earlier occurrence of the text's last tokens (prompt "
-                                 "lookup): the draft writes the same tokens in fewer forwards "
-                                 "(0: off)")
+    draft_lookahead: int | None = Field(None, ge=0, le=64, description="each draft forward "
+                                        "(speculative fallback runs; a step proposal of one "
+                                        "candidate without attention capture) also checks up to "
+                                        "this many tokens guessed from an earlier occurrence of "
+                                        "the text's last tokens (prompt lookup): the draft writes "
+                                        "the same tokens in fewer forwards (0: off; None: the "
+                                        "draft's backend's measured default, 8 on transformers, "
+                                        "3 on llama.cpp)")
     # score and decide
     beta: float = Field(0.3, ge=0.0, le=1.0, description="weight of confidence in the ensemble")
     tau: float = Field(0.7, description="accept iff score >= tau; -inf always, +inf never "

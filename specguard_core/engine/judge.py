@@ -71,7 +71,8 @@ class Judge:
         scorer = self.target if cfg.experimental.scoring_model == "target" else self.draft
         assert isinstance(scorer, CachedModel)
         facts = PairFacts(self.same_vocab, isinstance(self.target, CachedModel | RemoteTarget),
-                          self.capture_layers(scorer, cfg), self.pool_layers(scorer, cfg))
+                          self.draft.guesses, self.capture_layers(scorer, cfg),
+                          self.pool_layers(scorer, cfg))
         return make_plan(cfg, facts, self.rules, tools)
 
     def draft_spec(self, req: Request, selector: Selector) -> SampleSpec:

@@ -38,10 +38,12 @@ class PairFacts:
     """What the plan needs to know of the pair: ids pass between the models as they are
     (`same_vocab`); the target can grow a tentative pass (`target_grows`: in-process or served);
     the scoring model's `capture` layers (None: the verifier reads no grounding) and `pool` layers
-    (what a card reads)."""
+    (what a card reads); the prompt-lookup guesses that pay on the draft's backend (`guesses`,
+    what `draft_lookahead=None` means)."""
 
     same_vocab: bool
     target_grows: bool
+    guesses: int
     capture: frozenset[int] | None
     pool: tuple[int, ...]
 
@@ -92,13 +94,14 @@ def make_plan(cfg: SpecGuardConfig, pair: PairFacts, rules: Rules, tools: bool) 
     action_rule = rules["exact"] if cfg.action_acceptance == "exact" else step_rule
     check = _check(cfg, pair, tools, fallback, step_rule, notes)
     by_draft = cfg.experimental.scoring_model == "draft"  # the draft captures what scores it
-    guess_proposals = cfg.draft_lookahead > 0 and cfg.k == 1 and not (by_draft and pair.capture)
-    if cfg.draft_lookahead > 0 and not guess_proposals:
+    guesses = pair.guesses if cfg.draft_lookahead is None else cfg.draft_lookahead
+    guess_proposals = guesses > 0 and cfg.k == 1 and not (by_draft and pair.capture)
+    if guesses > 0 and not guess_proposals:
         why = f"k={cfg.k} candidates" if cfg.k > 1 else "attention is captured for grounding"
         notes.append(f"prompt-lookup guesses off in step proposals: {why}")
     plan = Plan(route=cfg.route, check=check, check_every=cfg.check_tokens if check == "growing"
                 else 0, fallback=fallback, fallback_samples=cfg.fallback_samples
-                if fallback == "sample" else 1, guesses=cfg.draft_lookahead,
+                if fallback == "sample" else 1, guesses=guesses,
                 guess_proposals=guess_proposals, scoring=cfg.experimental.scoring_model,
                 capture=pair.capture, pool=pair.pool, step_rule=step_rule,
                 action_rule=action_rule, check_actions=cfg.action_acceptance == "exact",

@@ -93,6 +93,7 @@ class LlamaContext:
                                 f"for {path}; lower the context size")
         self.n_ctx = int(lib.llama_n_ctx(self.ctx))
         self.memory = lib.llama_get_memory(self.ctx)
+        self.threads = threads
         self.eog = frozenset(i for i in range(self.n_vocab) if lib.llama_vocab_is_eog(self.vocab, i))
         self._free = list(range(n_seq - 1, -1, -1))
         self._embeddings = False

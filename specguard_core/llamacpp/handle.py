@@ -48,6 +48,7 @@ class LlamaCppHandle(CachedModel):
     same vocabulary."""
 
     backend = "llama.cpp"
+    guesses = 3  # a forward over n tokens costs more with every n on its CPU kernels
 
     def __init__(self, ctx: LlamaContext, tokenizer: Any, name: str = "") -> None:
         self.ctx, self.tokenizer, self.name = ctx, tokenizer, name or "gguf"

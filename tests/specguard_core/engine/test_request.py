@@ -73,7 +73,7 @@ def test_either_model_out_of_room_ends_with_length() -> None:
 
     def request(draft_len: int, target_len: int) -> Request:
         cfg = SpecGuardConfig(max_new_tokens=100)
-        plan = make_plan(cfg, PairFacts(True, True, True, None, ()), Rules(None), tools=False)
+        plan = make_plan(cfg, PairFacts(True, True, 8, None, ()), Rules(None), tools=False)
         req = Request(cfg=cfg, tools=[], required=None, plan=plan,
                       rules=StepRules(), draft=CacheState(cache=None), target=CacheState(cache=None),
                       generator=torch.Generator(), prompt_tokens=5, context_window=50)

@@ -99,6 +99,13 @@ def test_the_default_is_llama_cpps_own_greedy_text(engine: SpecGuardEngine,
                                         else "length")
 
 
+def test_the_guesses_default_to_what_pays_on_the_backend(engine: SpecGuardEngine) -> None:
+    """`draft_lookahead=None` is the draft's backend's measured default: 3 on llama.cpp (8 on
+    transformers), and a value given wins."""
+    assert engine.generate(PROMPTS[0], max_new_tokens=4).plan["guesses"] == 3
+    assert engine.generate(PROMPTS[0], max_new_tokens=4, draft_lookahead=6).plan["guesses"] == 6
+
+
 def test_every_path_of_the_default_ran(engine: SpecGuardEngine) -> None:
     """The contract above covered kept checks and the speculative fallback, with guesses."""
     paths = {s.path for p in PROMPTS for s in engine.generate(p, max_new_tokens=60).steps}
