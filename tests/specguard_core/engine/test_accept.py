@@ -10,7 +10,14 @@ import torch
 
 from specguard_core.config import SpecGuardConfig
 from specguard_core.decoding.sampling import Shaping, warp_logits
-from specguard_core.engine.accept import RULES, Rules, TokenRule, register, typical_passed
+from specguard_core.engine.accept import (
+    RULES,
+    ExactNumbers,
+    Rules,
+    TokenRule,
+    register,
+    typical_passed,
+)
 from specguard_core.text.errors import InputError
 
 
@@ -94,7 +101,8 @@ def test_exact_numbers_is_exact_on_digits_only() -> None:
     numbers = rules["exact-numbers"]
     assert numbers.passed(logits, [2, 4], greedy, (), Shaping()) == 2  # word typical, digit exact
     assert numbers.passed(logits, [2, 5], greedy, (), Shaping()) == 1  # another number: refused
-    assert rules["exact-numbers"] is numbers  # one instance, its mask built once
+    assert rules["exact-numbers"] is numbers  # one instance per engine
+    assert isinstance(numbers, ExactNumbers) and numbers.mask() is numbers.mask()  # built once
 
 
 def test_vouched_is_typical_or_exact_by_the_steps_score() -> None:

@@ -26,11 +26,6 @@ def test_digits_operators_and_markers_are_numeric_words_are_not(tmp_path: Path) 
     assert not any(flag for piece, flag in marked if piece.strip().isalpha())
 
 
-def test_the_set_is_cached_per_tokenizer(tmp_path: Path) -> None:
-    tok = build_tokenizer(tmp_path)
-    assert numeric_ids(tok) is numeric_ids(tok)
-
-
 @pytest.mark.real
 @pytest.mark.skipif(not HAVE_REAL, reason=REAL_REASON)
 def test_real_tokenizer_classes() -> None:
