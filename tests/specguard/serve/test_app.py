@@ -37,17 +37,6 @@ from tests.specguard.serve.serve_helpers import (  # noqa: E402
 KEY = "sk-test-123"
 
 
-@pytest.fixture(scope="module")
-def engine() -> SpecGuardEngine:
-    return scripted_engine(reply)
-
-
-@pytest.fixture(scope="module")
-def base(engine: SpecGuardEngine) -> Iterator[str]:
-    with live_server(create_app(engine)) as url:
-        yield url
-
-
 def chat(base: str, timeout: float = 30, **body: Any) -> httpx.Response:
     body.setdefault("model", "specguard-scripted")
     body.setdefault("messages", [{"role": "user", "content": "What is (3 + 4) * 6?"}])

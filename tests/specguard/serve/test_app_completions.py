@@ -5,7 +5,6 @@ live server, with the `openai` client and httpx."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,28 +17,15 @@ pytest.importorskip("uvicorn")
 
 from specguard.serve.app import create_app  # noqa: E402
 from specguard_core.engine.loop import SpecGuardEngine  # noqa: E402
-from specguard_core.testing import scripted_engine  # noqa: E402
 from tests.specguard.serve.serve_helpers import (  # noqa: E402
     ANSWER,
     error_of,
     live_server,
     raw,
-    reply,
     sse_events,
 )
 
 MODEL = "specguard-scripted"
-
-
-@pytest.fixture(scope="module")
-def engine() -> SpecGuardEngine:
-    return scripted_engine(reply)
-
-
-@pytest.fixture(scope="module")
-def base(engine: SpecGuardEngine) -> Iterator[str]:
-    with live_server(create_app(engine)) as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

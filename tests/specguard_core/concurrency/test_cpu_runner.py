@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import _thread
 import os
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -94,25 +95,51 @@ def test_a_runner_runs_calls_on_its_one_thread_and_hands_back_results_and_errors
     assert runner.run(lambda x, y=0: x + y, 2, y=3) == 5  # and it still runs after an error
 
 
+@pytest.fixture
+def ctrl_c() -> Iterator[None]:
+    """Python's own Ctrl-C handler, also where the suite was started with SIGINT ignored (a
+    shell's background job), which makes `_thread.interrupt_main` a no-op."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c")
 def test_an_interrupted_caller_waits_for_its_call_to_end_or_takes_it_back() -> None:
     """Ctrl-C while a forward runs must not leave it half-run; a call still queued is dropped."""
     runner, events = Runner(), []
+    started, release = threading.Event(), threading.Event()
 
-    def slow(name: str) -> None:
-        time.sleep(0.3)
+    def hold(name: str) -> None:  # runs until released
+        started.set()
+        release.wait(5)
         events.append(name)
 
-    blocker = threading.Thread(target=runner.run, args=(slow, "first"))
-    blocker.start()  # the runner is busy with it for 0.3 s
-    time.sleep(0.05)
+    blocker = threading.Thread(target=runner.run, args=(hold, "first"))
+    blocker.start()
+    assert started.wait(5)  # the runner is busy with "first" until released
     threading.Timer(0.1, _thread.interrupt_main).start()
     with pytest.raises(KeyboardInterrupt):
-        runner.run(slow, "queued")  # interrupted while queued behind "first": taken back
+        runner.run(hold, "queued")  # interrupted while queued behind "first": taken back
+    release.set()
     blocker.join(timeout=5)
+    assert runner.run(lambda: "drained") == "drained"  # anything queued before it has run
     assert events == ["first"]
-    threading.Timer(0.1, _thread.interrupt_main).start()
+
+    started.clear()
+    release.clear()
+
+    def interrupt_while_running() -> None:
+        started.wait(5)
+        _thread.interrupt_main()
+        time.sleep(0.1)
+        release.set()
+
+    threading.Thread(target=interrupt_while_running).start()
     with pytest.raises(KeyboardInterrupt):
-        runner.run(slow, "running")  # interrupted while it runs: raised once it has ended
+        runner.run(hold, "running")  # interrupted while it runs: raised once it has ended
     assert events == ["first", "running"]
     assert runner.run(lambda: "still serving") == "still serving"
 
