@@ -53,14 +53,16 @@ def load_handle(ref: str, opts: LoadOptions, progress: bool = True) -> LlamaCppH
     the bench's `--threads`) and `opts.context_size` KV cells."""
     binding()  # the install line first, before any file is read
     path = gguf_file(ref)
+    bundle = lookup(ref)
+    name = bundle.name if bundle is not None else path.stem  # a cached file is "model.gguf"
     if progress:
-        print(f"[specguard] loading {path.name} on llama.cpp ...", file=sys.stderr, flush=True)
+        print(f"loading {name} on llama.cpp ...", file=sys.stderr, flush=True)
     tokenizer = tokenizer_for(ref, path)
     ctx = LlamaContext(path, n_ctx=opts.context_size, threads=_threads())
     if ctx.n_vocab < len(tokenizer):
         raise ModelLoadError(f"{path.name}: llama.cpp reads {ctx.n_vocab} tokens but its "
                              f"tokenizer has {len(tokenizer)}; the files do not belong together")
-    return LlamaCppHandle(ctx, tokenizer, name=path.stem)
+    return LlamaCppHandle(ctx, tokenizer, name=name)
 
 
 def load_llamacpp_engine(cls: Any, draft: str, target: str, *, load: LoadOptions,

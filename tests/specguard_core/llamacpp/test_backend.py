@@ -61,6 +61,26 @@ def test_from_pretrained_loads_gguf_files_with_their_tokenizer(
     assert loaded.generate(PROMPTS[0], max_new_tokens=12).usage.completion_tokens > 0
 
 
+def test_a_cached_model_is_named_by_its_bundle_not_its_file(
+        files: tuple[Path, Path, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached GGUF is always `model.gguf`: the engine's name comes from the registry's."""
+    from types import SimpleNamespace
+
+    from specguard_core.llamacpp import load
+
+    bundles = {"tiny-draft": (SimpleNamespace(name="tiny-draft"), files[0]),
+               "tiny-target": (SimpleNamespace(name="tiny-target"), files[1])}
+    monkeypatch.setattr(load, "lookup", lambda ref: bundles.get(ref, (None,))[0])
+    monkeypatch.setattr(load, "gguf_path", lambda b: bundles[b.name][1])
+    monkeypatch.setattr(load, "cached_folder", lambda b: None)  # the tokenizer from the GGUF
+    loaded = SpecGuardEngine.from_pretrained("tiny-draft", "tiny-target", backend="llama.cpp",
+                                             context_size=256, progress=False)
+    assert loaded.model_name == "specguard:tiny-draft+tiny-target"
+    by_path = SpecGuardEngine.from_pretrained(str(files[0]), str(files[1]), backend="llama.cpp",
+                                              context_size=256, progress=False)
+    assert by_path.model_name == f"specguard:{files[0].stem}+{files[1].stem}"
+
+
 def llama_greedy(path: Path, prompt: list[int], n: int, eos: frozenset[int]) -> list[int]:
     """llama.cpp alone: the binding's own greedy decoding of `prompt` (at most `n` tokens, an
     end-of-turn token included)."""
