@@ -11,8 +11,8 @@ hidden states (`hidden_layers`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import torch
 from transformers import DynamicCache
@@ -21,7 +21,16 @@ from specguard_core.cache import batching, capture
 from specguard_core.cache.batching import cache_rows
 from specguard_core.cache.model import CachedModel, count_forward
 from specguard_core.cache.state import CacheState, Forward, local_cache
-from specguard_core.concurrency.cpu_runner import Runner
+
+T = TypeVar("T")
+
+
+class ForwardRunner(Protocol):
+    """The thread a handle's forwards run on (an engine's `concurrency/cpu_runner.Runner`)."""
+
+    def here(self) -> bool: ...
+
+    def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T: ...
 
 
 class ModelHandle(CachedModel):
@@ -33,7 +42,7 @@ class ModelHandle(CachedModel):
     guesses = 8  # a forward over 9 tokens costs about one over 1 in bf16
 
     def __init__(self, model: Any, tokenizer: Any, name: str = "",
-                 runner: Runner | None = None) -> None:
+                 runner: ForwardRunner | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         # forwards run on this thread when given (an engine's, for CPU models: `concurrency/cpu_runner.py`)
