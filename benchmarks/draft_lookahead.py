@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import time
 from typing import Any
 
 import torch
 
 from specguard import SpecGuardEngine
-from specguard_bench.common.methods import run_method
+from specguard_bench.common.methods import count_calls, run_method
 from specguard_bench.reasoning.problems import INSTRUCTION, load_problems
 from specguard_core.models.options import LoadOptions
 
@@ -26,20 +25,6 @@ VARIANTS: list[tuple[str, dict[str, Any] | None]] = [
     ("specguard-balanced", {"draft_lookahead": 0}),
     ("specguard-balanced", {"draft_lookahead": 8}),
 ]
-
-
-def _timed(model: Any, name: str, seen: dict[str, list[float]]) -> None:
-    """Count `model`'s forwards and the seconds inside them under `seen[name]`."""
-    forward = model.forward
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        out = forward(*args, **kwargs)
-        seen[name][0] += 1
-        seen[name][1] += time.perf_counter() - t0
-        return out
-
-    model.forward = timed
 
 
 def main() -> None:
@@ -52,8 +37,8 @@ def main() -> None:
     engine = SpecGuardEngine.from_pretrained(
         "qwen0.5b", "qwen1.5b", load=LoadOptions(device="cpu", dtype=args.dtype))
     seen: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
-    _timed(engine.draft.model, "draft", seen)
-    _timed(engine.target.model, "target", seen)
+    count_calls(engine.draft.model, "forward", "draft", seen)
+    count_calls(engine.target.model, "forward", "target", seen)
     total: dict[str, float] = collections.defaultdict(float)
     problems = load_problems("gsm8k")  # the file read once
     for index in (int(i) for i in args.problems.split(",")):

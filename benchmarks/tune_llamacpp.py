@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from specguard import SpecGuardEngine
-from specguard_bench.common.methods import run_method
+from specguard_bench.common.methods import count_calls, run_method
 from specguard_bench.reasoning.problems import load_problems, messages_for
 
 VARIANTS: dict[str, tuple[str, dict[str, Any] | None]] = {
@@ -33,28 +32,6 @@ VARIANTS: dict[str, tuple[str, dict[str, Any] | None]] = {
     "balanced/check=8": ("specguard-balanced", {"check_tokens": 8}),
     "balanced/check=32": ("specguard-balanced", {"check_tokens": 32}),
 }
-
-
-def _timed(handle: Any, name: str, seen: dict[str, list[float]]) -> None:
-    """Count `handle`'s forwards and the seconds inside them under `seen[name]`."""
-    forward, decode = handle.forward, handle.ctx.decode
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        out = forward(*args, **kwargs)
-        seen[name][0] += 1
-        seen[name][1] += time.perf_counter() - t0
-        return out
-
-    def decoded(*args: Any, **kwargs: Any) -> Any:  # the baselines' decodes, outside `forward`
-        t0 = time.perf_counter()
-        out = decode(*args, **kwargs)
-        seen[name + " decode"][0] += 1
-        seen[name + " decode"][1] += time.perf_counter() - t0
-        return out
-
-    handle.forward = timed
-    handle.ctx.decode = decoded
 
 
 def main() -> None:
@@ -69,8 +46,9 @@ def main() -> None:
     engine = SpecGuardEngine.from_pretrained("qwen0.5b", "qwen1.5b", backend="llama.cpp",
                                              context_size=4096, progress=False)
     seen: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
-    _timed(engine.draft, "draft", seen)
-    _timed(engine.target, "target", seen)
+    for name, handle in (("draft", engine.draft), ("target", engine.target)):
+        count_calls(handle, "forward", name, seen)
+        count_calls(handle.ctx, "decode", f"{name} decode", seen)  # the baselines' decodes
     done = set()
     if args.out and args.out.exists():
         done = {(r["problem"], r["method"]) for r in map(json.loads, args.out.open())}

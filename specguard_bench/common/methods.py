@@ -15,13 +15,14 @@
   second engine whose target is on a vLLM server; `balanced.key=value` overrides apply to it too.
 
 Latency is wall-clock around everything a caller would do for one answer: templating the prompt,
-generation, decoding (CUDA is synchronised before the clock stops).
+generation, decoding (CUDA is synchronised before the clock stops). `count_calls` counts a model's
+forwards and the time in them, for the scripts in `benchmarks/`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -261,3 +262,18 @@ def run_method(
         engine.config, method, sets or {}, max_new_tokens=max_new_tokens, bounds=bounds
     )
     return _specguard_run(engine, config.merged(seed=seed), messages)
+
+
+def count_calls(obj: Any, method: str, key: str, seen: MutableMapping[str, list[float]]) -> None:
+    """Replace `obj.method` by a wrapper that counts its calls and the seconds inside them
+    under `seen[key]` = [calls, seconds] (`seen` a `defaultdict(lambda: [0, 0.0])`)."""
+    inner = getattr(obj, method)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        out = inner(*args, **kwargs)
+        seen[key][0] += 1
+        seen[key][1] += time.perf_counter() - t0
+        return out
+
+    setattr(obj, method, counted)

@@ -46,3 +46,21 @@ def test_variants_and_balanced_configs() -> None:
     assert two_way.thresholds == (0.6, 0.6) and two_way.route == "score"
     with pytest.raises(ValueError, match="route='score'"):
         specguard_config(base, "specguard-balanced", {"balanced.tau": 0.6}, max_new_tokens=50)
+
+
+def test_count_calls_counts_each_call_and_its_seconds_under_the_key() -> None:
+    import collections
+    import time
+
+    from specguard_bench.common.methods import count_calls
+
+    class Model:
+        def forward(self, n: int) -> int:
+            time.sleep(0.01)
+            return n + 1
+
+    model, seen = Model(), collections.defaultdict(lambda: [0, 0.0])
+    count_calls(model, "forward", "draft", seen)
+    assert [model.forward(i) for i in range(3)] == [1, 2, 3]  # results pass through
+    assert seen["draft"][0] == 3 and seen["draft"][1] >= 0.03
+    assert set(seen) == {"draft"}
