@@ -14,18 +14,13 @@ Top = list[tuple[int, float]]  # (token id, log-probability), most likely first
 def token_scores(rows: torch.Tensor, ids: Sequence[int], top: int = 0
                  ) -> tuple[list[float], list[Top]]:
     """`rows: [R, V]` logits, row i predicting `ids[i]` (R >= len(ids)) -> (each token's raw
-    log-probability, the `top` most likely tokens at each position; [] each when `top` is 0).
-    One host transfer."""
+    log-probability, the `top` most likely tokens at each position; [] each when `top` is 0)."""
     n = len(ids)
     if n == 0:
         return [], []
     logp = torch.log_softmax(rows[:n].float(), dim=-1)  # [n, V]
     chosen = logp.gather(-1, torch.tensor(list(ids), device=logp.device)[:, None])[:, 0]  # [n]
-    if top <= 0:
-        return chosen.tolist(), [[] for _ in range(n)]
-    values, order = logp.topk(min(top, logp.shape[-1]), dim=-1)  # [n, top]
-    lps, vals, idx = chosen.tolist(), values.tolist(), order.tolist()
-    return lps, [list(zip(i, v, strict=True)) for i, v in zip(idx, vals, strict=True)]
+    return chosen.tolist(), top_of(logp, top) if top > 0 else [[] for _ in range(n)]
 
 
 def top_of(logp: torch.Tensor, top: int) -> list[Top]:
