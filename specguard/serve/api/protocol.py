@@ -20,10 +20,21 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from specguard.serve.api import checks
 from specguard.serve.api.extension import MAX_STOPS, Limits, SpecGuardExtension, stops_ok
+from specguard_core.engine.run.start import MAX_TOP_LOGPROBS  # the engine's bound, vLLM's default
 
 MAX_N = 16  # choices per request (each is a full engine run)
 MAX_RUNS = 64  # /v1/completions: prompts x n per request (one engine run each)
-MAX_TOP_LOGPROBS = 20  # alternatives per token (vLLM's default --max-logprobs)
+
+
+
+def continuation(continue_final_message: bool | None,
+                 add_generation_prompt: bool | None) -> bool | None:
+    """The engine's `continue_final_message` from vLLM's two chat flags: as set, else not when a
+    generation prompt is asked for, else (None) when the conversation ends with an assistant
+    message."""
+    if continue_final_message is not None:
+        return continue_final_message
+    return None if add_generation_prompt is None else not add_generation_prompt
 
 
 class StreamOptions(BaseModel):
@@ -205,11 +216,7 @@ class ChatCompletionRequest(_Sampling):
         return self.max_completion_tokens or self.max_tokens
 
     def continuation(self) -> bool | None:
-        """The engine's `continue_final_message`: as set, else not when a generation prompt is
-        asked for, else (None) when the conversation ends with an assistant message."""
-        if self.continue_final_message is not None:
-            return self.continue_final_message
-        return None if self.add_generation_prompt is None else not self.add_generation_prompt
+        return continuation(self.continue_final_message, self.add_generation_prompt)
 
 
 class CompletionRequest(_Sampling):

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from specguard.serve.api.protocol import ChatMessage
+from specguard.serve.api.protocol import ChatMessage, continuation
 
 
 class TokenizeRequest(BaseModel):
@@ -41,10 +41,7 @@ class TokenizeRequest(BaseModel):
         return []
 
     def continuation(self) -> bool | None:
-        """The engine's `continue_final_message` (as `ChatCompletionRequest.continuation`)."""
-        if self.continue_final_message is not None:
-            return self.continue_final_message
-        return None if self.add_generation_prompt is None else not self.add_generation_prompt
+        return continuation(self.continue_final_message, self.add_generation_prompt)
 
 
 class DetokenizeRequest(BaseModel):
