@@ -163,7 +163,7 @@ class SpecGuardEngine:
         """The prompt as the target tokenizes it: chat-templated (see `stream` for
         `continue_final_message`), or a `RawPrompt` as it is."""
         return prompt_ids(self, messages_or_prompt, check_tools(tools), chat_template_kwargs,
-                          continue_final_message)[0][1]
+                          continue_final_message, draft=False)[0][0]
 
     # ---- public generation API -------------------------------------------------------------
     def generate(self, messages_or_prompt: str | Sequence[Message] | RawPrompt, *,

@@ -115,15 +115,17 @@ def open_request(pair: Pair, messages_or_prompt: str | Sequence[Message] | RawPr
 
 def prompt_ids(pair: Pair, prompt: str | Sequence[Message] | RawPrompt,
                tools: list[dict[str, Any]], template_kwargs: Mapping[str, Any] | None = None,
-               continue_final: bool | None = None) -> tuple[list[list[int]], str]:
-    """The draft's and the target's prompt ids (a raw prompt as it is, else chat-templated), and
-    the assistant text the reply continues ("" when it starts a new turn). A prompt that fills
-    a model's context window is an InputError."""
+               continue_final: bool | None = None, *, draft: bool = True
+               ) -> tuple[list[list[int]], str]:
+    """The draft's (unless `draft=False`) and the target's prompt ids (a raw prompt as it is,
+    else chat-templated), and the assistant text the reply continues ("" when it starts a new
+    turn). A prompt that fills a model's context window is an InputError."""
     if not isinstance(prompt, RawPrompt):
         messages = normalise_messages(prompt)
         cont = continues(messages, continue_final)
+        handles = (pair.draft, pair.target) if draft else (pair.target,)
         ids = [_window(h, h.encode(render_prompt(h.tokenizer, messages, tools, template_kwargs,
-                                                 cont))) for h in (pair.draft, pair.target)]
+                                                 cont))) for h in handles]
         return ids, str(messages[-1]["content"]) if cont else ""
     if tools or template_kwargs or continue_final:
         raise InputError("a raw prompt is not rendered with the chat template: it takes no tools, "
@@ -132,13 +134,15 @@ def prompt_ids(pair: Pair, prompt: str | Sequence[Message] | RawPrompt,
     vocab = len(pair.target.tokenizer)
     if any(not 0 <= t < vocab for t in target):
         raise InputError(f"the prompt holds a token id outside the vocabulary (0 to {vocab - 1})")
+    if not draft:
+        return [_window(pair.target, target)], ""
     if pair.judge.same_vocab:
-        draft = list(target)
+        draft_ids = list(target)
     elif prompt.text is not None:
-        draft = _raw_ids(pair.draft, prompt)
+        draft_ids = _raw_ids(pair.draft, prompt)
     else:  # the draft reads the same text in its own vocabulary
-        draft = pair.draft.encode(pair.target.decode(target))
-    return [_window(pair.draft, draft), _window(pair.target, target)], ""
+        draft_ids = pair.draft.encode(pair.target.decode(target))
+    return [_window(pair.draft, draft_ids), _window(pair.target, target)], ""
 
 
 def _raw_ids(handle: Target, prompt: RawPrompt) -> list[int]:

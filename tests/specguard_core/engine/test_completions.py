@@ -49,6 +49,21 @@ def _greedy(model: Any, prompt: list[int], n: int, presence: float = 0.0,
     return ids[len(prompt):]
 
 
+def test_prompt_ids_reads_the_target_alone(engine: SpecGuardEngine,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`engine.prompt_ids` (token counting, /tokenize) renders and encodes for the target only."""
+    text, raw = "Count: a a a a", RawPrompt("Count: a a a a")
+    want = (engine.prompt_ids(text), engine.prompt_ids(raw))
+
+    def untouched(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the draft's tokenizer was used")
+
+    monkeypatch.setattr(engine.draft, "encode", untouched)
+    assert (engine.prompt_ids(text), engine.prompt_ids(raw)) == want
+    assert want[0] == engine.target.encode(engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True))
+
+
 def test_a_raw_prompt_is_continued_as_it_is(engine: SpecGuardEngine) -> None:
     text = "The capital of France is"
     want = engine.target.tokenizer(text, add_special_tokens=True)["input_ids"]
