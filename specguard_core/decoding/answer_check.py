@@ -36,8 +36,9 @@ def byte_index() -> Any:
         if not _index:
             import llguidance
             from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+            from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-            alphabet = _byte_alphabet()
+            alphabet = bytes_to_unicode()  # the ByteLevel pre-tokenizer's byte characters
             vocab = {alphabet[b]: b for b in range(_BYTES)}
             tok = Tokenizer(models.BPE(vocab={**vocab, "<end>": _BYTES}, merges=[]))
             tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
@@ -46,16 +47,6 @@ def byte_index() -> Any:
             _index.append(llguidance.LLTokenizer(tok.to_str(), n_vocab=_BYTES + 1,
                                                  eos_token=_BYTES))
         return _index[0]
-
-
-def _byte_alphabet() -> dict[int, str]:
-    """GPT-2's byte-to-character map (the ByteLevel pre-tokenizer's alphabet, in byte order)."""
-    shown = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-             *range(ord("®"), ord("ÿ") + 1)]
-    chars = dict(zip(shown, map(chr, shown), strict=True))
-    extra = (b for b in range(_BYTES) if b not in chars)
-    chars.update((b, chr(_BYTES + i)) for i, b in enumerate(extra))
-    return chars
 
 
 class AnswerCheck:
